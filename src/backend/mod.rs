@@ -1,0 +1,59 @@
+//! Backends execute ops on buffers; the interpreter decides what lives where.
+//!
+//! A backend never sees tensor ids, budgets or eviction: it uploads, runs an
+//! op over input views and returns fresh buffers, and reads a view back.
+//! Dropping (or [`Backend::release`]-ing) a buffer frees its memory.
+
+pub mod cpu;
+
+use smallvec::SmallVec;
+
+use crate::error::Result;
+use crate::ops::{Op, Signature};
+use crate::shape::Layout;
+
+/// A tensor as a backend sees it: a buffer and a layout inside it.
+#[derive(Debug)]
+pub struct BufferView<'a, B> {
+    pub buffer: &'a B,
+    pub layout: &'a Layout,
+}
+
+// Manual impls: a view is two references, copyable whatever `B` is.
+impl<B> Clone for BufferView<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for BufferView<'_, B> {}
+
+/// Where ops run and tensors live.
+pub trait Backend {
+    /// The memory behind one storage.
+    type Buffer;
+
+    /// A short name for messages (`"cpu"`, `"wgpu"`).
+    fn name(&self) -> &'static str;
+
+    /// Copies host data (row-major, `layout.numel()` values) into a new buffer.
+    fn upload(&mut self, data: &[f32], layout: &Layout) -> Result<Self::Buffer>;
+
+    /// Runs `op` over `inputs`. Returns, in output order, a fresh buffer for
+    /// every output that is not a view (`signature.outputs[i].alias_of` is
+    /// `None`) and `None` for views, which share their input's buffer.
+    fn execute(
+        &mut self,
+        op: &Op,
+        inputs: &[BufferView<'_, Self::Buffer>],
+        signature: &Signature,
+    ) -> Result<SmallVec<[Option<Self::Buffer>; 2]>>;
+
+    /// Reads a view back to the host, row-major.
+    fn read(&mut self, view: BufferView<'_, Self::Buffer>) -> Result<Vec<f32>>;
+
+    /// Gives a buffer's memory back. The default drops it.
+    fn release(&mut self, buffer: Self::Buffer) {
+        drop(buffer);
+    }
+}

@@ -1,0 +1,53 @@
+//! Interpreter configuration: a plain value with defaults and a builder.
+
+/// How the interpreter manages memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The memory budget in bytes; `None` runs unbounded.
+    pub budget_bytes: Option<u64>,
+    /// The eviction heuristic, by registry name (see [`crate::policy::heuristic_names`]).
+    pub heuristic: String,
+    /// Evict a storage as soon as no user handle refers to it, keeping its
+    /// history for recomputation (the DTR authors' "eager eviction").
+    pub eager_eviction: bool,
+    /// Keep a log of evictions and rematerialisations (see [`crate::Event`]).
+    pub record_events: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            budget_bytes: None,
+            heuristic: "dtr-eq".into(),
+            eager_eviction: true,
+            record_events: false,
+        }
+    }
+}
+
+impl Config {
+    pub fn with_budget_bytes(mut self, budget_bytes: u64) -> Config {
+        self.budget_bytes = Some(budget_bytes);
+        self
+    }
+
+    pub fn unbounded(mut self) -> Config {
+        self.budget_bytes = None;
+        self
+    }
+
+    pub fn with_heuristic(mut self, name: impl Into<String>) -> Config {
+        self.heuristic = name.into();
+        self
+    }
+
+    pub fn with_eager_eviction(mut self, eager: bool) -> Config {
+        self.eager_eviction = eager;
+        self
+    }
+
+    pub fn with_events(mut self, record: bool) -> Config {
+        self.record_events = record;
+        self
+    }
+}

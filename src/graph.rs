@@ -1,0 +1,150 @@
+//! The interpreter's tables: tensors, the storages behind them, and the op
+//! applications (compute paths) that made them. Heuristics read these
+//! through `&Graph`; only the interpreter changes them.
+
+use slotmap::{new_key_type, SlotMap};
+use smallvec::SmallVec;
+
+use crate::ops::{Op, Signature};
+use crate::shape::Layout;
+
+new_key_type! {
+    /// A tensor as the user and the compute history name it.
+    pub struct TensorId;
+    /// The memory behind one tensor and the views of it.
+    pub struct StorageId;
+    /// One application of an op: the compute path of its outputs.
+    pub struct NodeId;
+}
+
+/// One op application; all of its outputs are (re)computed together.
+#[derive(Debug, Clone)]
+pub struct OpNode {
+    pub op: Op,
+    pub inputs: SmallVec<[TensorId; 4]>,
+    /// `None` once an output has been freed; it is still produced, then dropped.
+    pub outputs: SmallVec<[Option<TensorId>; 2]>,
+    pub signature: Signature,
+}
+
+impl OpNode {
+    pub fn cost(&self) -> u64 {
+        self.signature.cost
+    }
+}
+
+/// Everything the runtime knows about one tensor.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    /// The compute path: the node that made this tensor and which output it
+    /// is. `None` for puts, which can never be recomputed.
+    pub producer: Option<(NodeId, usize)>,
+    pub storage: StorageId,
+    pub layout: Layout,
+    /// Whether the value is available now. A view is undefined while its
+    /// storage is evicted, and again until its own (cheap) op is replayed.
+    pub defined: bool,
+    /// Handles the user holds; 0 means the tensor is kept only as history.
+    pub user_refs: u32,
+    /// Live nodes that read this tensor (each listed once).
+    pub consumers: SmallVec<[NodeId; 2]>,
+}
+
+/// Where a storage stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residency {
+    Resident,
+    Evicted,
+}
+
+/// Memory shared by a tensor and its views; the unit of eviction.
+#[derive(Debug, Clone)]
+pub struct StorageInfo {
+    pub bytes: u64,
+    /// Tensors viewing this storage; `tensors[0]` is the root, whose op allocates it.
+    pub tensors: SmallVec<[TensorId; 2]>,
+    pub residency: Residency,
+    /// Held while an op that reads this storage runs.
+    pub locks: u32,
+    /// Held by the user (and during `get_value`).
+    pub pins: u32,
+    /// Logical clock of the last access.
+    pub last_access: u64,
+    /// `c0`: the summed cost of the distinct ops that produced its tensors.
+    pub cost: u64,
+    /// False for puts: such a storage can never be evicted.
+    pub recomputable: bool,
+}
+
+impl StorageInfo {
+    pub fn is_resident(&self) -> bool {
+        self.residency == Residency::Resident
+    }
+}
+
+/// The interpreter's tables and logical clock.
+#[derive(Debug, Default)]
+pub struct Graph {
+    pub tensors: SlotMap<TensorId, TensorInfo>,
+    pub storages: SlotMap<StorageId, StorageInfo>,
+    pub nodes: SlotMap<NodeId, OpNode>,
+    /// The sum of the cost of every op run so far (rematerialisations
+    /// included), starting at 1.
+    pub clock: u64,
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph {
+            clock: 1,
+            ..Graph::default()
+        }
+    }
+
+    /// `clock − last_access`.
+    pub fn staleness(&self, storage: StorageId) -> u64 {
+        self.clock
+            .saturating_sub(self.storages[storage].last_access)
+    }
+
+    /// The distinct evicted storages adjacent to `storage`: those of the
+    /// inputs of the ops that made its tensors (parents) and of the outputs
+    /// of the live ops that read them (children).
+    pub fn evicted_neighbours(&self, storage: StorageId) -> SmallVec<[StorageId; 8]> {
+        let mut found: SmallVec<[StorageId; 8]> = SmallVec::new();
+        let mut visit = |s: StorageId| {
+            if s != storage && !self.storages[s].is_resident() && !found.contains(&s) {
+                found.push(s);
+            }
+        };
+        for &t in &self.storages[storage].tensors {
+            let info = &self.tensors[t];
+            if let Some((node, _)) = info.producer {
+                for &input in &self.nodes[node].inputs {
+                    visit(self.tensors[input].storage);
+                }
+            }
+            for &node in &info.consumers {
+                for output in self.nodes[node].outputs.iter().flatten() {
+                    visit(self.tensors[*output].storage);
+                }
+            }
+        }
+        found
+    }
+
+    /// Recomputes `c0` of a storage after its set of tensors changed.
+    pub(crate) fn refresh_storage_cost(&mut self, storage: StorageId) {
+        let mut seen: SmallVec<[NodeId; 4]> = SmallVec::new();
+        let mut cost = 0;
+        for &t in &self.storages[storage].tensors {
+            if let Some((node, _)) = self.tensors[t].producer {
+                if !seen.contains(&node) {
+                    seen.push(node);
+                    cost += self.nodes[node].cost();
+                }
+            }
+        }
+        self.storages[storage].cost = cost;
+    }
+}

@@ -1,0 +1,187 @@
+//! (Re)computing nodes. Missing inputs are rematerialised depth-first on an
+//! explicit stack, never native recursion, so an evicted chain of any
+//! length regenerates in constant native stack.
+
+use smallvec::{smallvec, SmallVec};
+
+use super::{Event, Interpreter};
+use crate::backend::{Backend, BufferView};
+use crate::error::{Error, Result};
+use crate::graph::{NodeId, Residency};
+
+/// A node waiting for its inputs.
+struct Frame {
+    node: NodeId,
+    /// Inputs before this one are locked.
+    next_input: usize,
+    /// Which input positions hold a lock (an input used twice is locked twice).
+    locked: SmallVec<[bool; 8]>,
+}
+
+impl<B: Backend> Interpreter<B> {
+    /// Runs `root` once every input is defined, rematerialising inputs as
+    /// needed. `first_run` marks a user's new op (it counts as baseline
+    /// compute, not as rematerialisation). On error every lock taken here is
+    /// released, and whatever was recomputed stays resident and evictable.
+    pub(super) fn materialize(&mut self, root: NodeId, first_run: bool) -> Result<()> {
+        let mut stack = vec![self.begin(root)];
+        while let Some(top) = stack.len().checked_sub(1) {
+            match self.lock_defined_inputs(&mut stack[top]) {
+                Some(missing) => {
+                    let frame = self.begin(missing);
+                    stack.push(frame);
+                }
+                None => {
+                    let frame = stack.pop().expect("stack is not empty");
+                    let rematerializing = !(first_run && stack.is_empty());
+                    let result = self.run_node(frame.node, rematerializing);
+                    self.unlock_inputs(&frame);
+                    if let Err(error) = result {
+                        for frame in stack.iter().rev() {
+                            self.unlock_inputs(frame);
+                        }
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks `node`'s inputs accessed and locks those already defined, so
+    /// rematerialising the others cannot evict them.
+    fn begin(&mut self, node: NodeId) -> Frame {
+        let count = self.graph.nodes[node].inputs.len();
+        let mut frame = Frame {
+            node,
+            next_input: 0,
+            locked: smallvec![false; count],
+        };
+        for i in 0..count {
+            let storage = self.graph.tensors[self.graph.nodes[node].inputs[i]].storage;
+            self.graph.storages[storage].last_access = self.graph.clock;
+        }
+        for i in 0..count {
+            let tensor = self.graph.nodes[node].inputs[i];
+            if self.graph.tensors[tensor].defined {
+                self.lock_storage(self.graph.tensors[tensor].storage);
+                frame.locked[i] = true;
+            }
+        }
+        frame
+    }
+
+    /// Locks inputs in order while they are defined; returns the producer of
+    /// the first undefined one, or `None` when all are locked.
+    fn lock_defined_inputs(&mut self, frame: &mut Frame) -> Option<NodeId> {
+        let count = frame.locked.len();
+        while frame.next_input < count {
+            let i = frame.next_input;
+            if !frame.locked[i] {
+                let info = &self.graph.tensors[self.graph.nodes[frame.node].inputs[i]];
+                if !info.defined {
+                    let (producer, _) = info
+                        .producer
+                        .expect("only recomputable storages are evicted");
+                    return Some(producer);
+                }
+                self.lock_storage(info.storage);
+                frame.locked[i] = true;
+            }
+            frame.next_input += 1;
+        }
+        None
+    }
+
+    fn unlock_inputs(&mut self, frame: &Frame) {
+        for (i, &locked) in frame.locked.iter().enumerate() {
+            if locked {
+                let tensor = self.graph.nodes[frame.node].inputs[i];
+                self.unlock_storage(self.graph.tensors[tensor].storage);
+            }
+        }
+    }
+
+    /// Makes room for the node's outputs, runs it, and installs the outputs
+    /// that are missing; outputs still resident (or freed) are dropped.
+    fn run_node(&mut self, node_id: NodeId, rematerializing: bool) -> Result<()> {
+        let reserve = self.graph.nodes[node_id].signature.output_bytes();
+        let op_name = self.graph.nodes[node_id].op.name();
+        self.make_room(reserve, || format!("op `{op_name}`"))?;
+
+        let node = &self.graph.nodes[node_id];
+        let views: SmallVec<[BufferView<'_, B::Buffer>; 4]> = node
+            .inputs
+            .iter()
+            .map(|&t| {
+                let info = &self.graph.tensors[t];
+                BufferView {
+                    buffer: &self.buffers[info.storage],
+                    layout: &info.layout,
+                }
+            })
+            .collect();
+        let results = self.backend.execute(&node.op, &views, &node.signature)?;
+        drop(views);
+        let shapes_match = results.len() == node.signature.outputs.len()
+            && results
+                .iter()
+                .zip(&node.signature.outputs)
+                .all(|(r, spec)| r.is_some() == spec.alias_of.is_none());
+        if !shapes_match {
+            let backend = self.backend.name();
+            for buffer in results.into_iter().flatten() {
+                self.backend.release(buffer);
+            }
+            return Err(Error::backend(
+                backend,
+                format!("`{op_name}` returned buffers that do not match its outputs"),
+            ));
+        }
+
+        let cost = node.cost();
+        self.graph.clock += cost;
+        self.stats.compute += cost;
+        self.memory.allocate(reserve);
+        let mut restored = None;
+        for (k, buffer) in results.into_iter().enumerate() {
+            let spec_bytes = self.graph.nodes[node_id].signature.outputs[k].bytes();
+            let missing =
+                self.graph.nodes[node_id].outputs[k].filter(|&t| !self.graph.tensors[t].defined);
+            let Some(tensor) = missing else {
+                // Freed, or still resident: the fresh copy is discarded.
+                if let Some(buffer) = buffer {
+                    self.backend.release(buffer);
+                    self.memory.free(spec_bytes);
+                }
+                continue;
+            };
+            restored.get_or_insert(tensor);
+            let storage = self.graph.tensors[tensor].storage;
+            if let Some(buffer) = buffer {
+                self.buffers.insert(storage, buffer);
+                self.graph.storages[storage].residency = Residency::Resident;
+                if rematerializing {
+                    self.heuristic.on_rematerialize(storage, &self.graph);
+                }
+                self.refresh_candidacy(storage);
+            }
+            self.graph.tensors[tensor].defined = true;
+        }
+
+        if rematerializing {
+            self.stats.remat_compute += cost;
+            self.stats.rematerializations += 1;
+            if let Some(tensor) = restored {
+                tracing::debug!(target: "dtr::remat", op = op_name, ?tensor, cost, clock = self.graph.clock, "rematerialized");
+                if self.config.record_events {
+                    self.events.push(Event::Rematerialize {
+                        tensor,
+                        op: op_name,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

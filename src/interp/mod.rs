@@ -1,0 +1,429 @@
+//! The eager interpreter: `put`, `apply_op`, `del` and `get_value` under a
+//! memory budget, evicting and rematerialising transparently.
+//!
+//! Module map: this file holds the public instructions; `materialize`
+//! (re)computes nodes on an explicit stack; `eviction` makes room and keeps
+//! the candidate pool; `release` handles dropped handles (eager eviction and
+//! real frees).
+
+mod eviction;
+mod materialize;
+mod release;
+mod stats;
+
+pub use stats::{Event, Stats};
+
+use slotmap::SecondaryMap;
+use smallvec::{smallvec, SmallVec};
+
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::graph::{
+    Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
+};
+use crate::memory::MemoryCounter;
+use crate::ops::{Op, ELEMENT_BYTES};
+use crate::policy::{heuristic_by_name, CandidatePool, Heuristic};
+use crate::shape::Layout;
+
+/// Runs ops on a backend, keeping memory within the budget by evicting
+/// storages and recomputing them when they are needed again.
+///
+/// ```
+/// use dtr::{Config, CpuBackend, Interpreter, Op, ScalarOp};
+/// let mut dtr = Interpreter::new(CpuBackend::new(), Config::default().with_budget_bytes(64))?;
+/// let x = dtr.put(&[1.0, 2.0], &[2])?;
+/// let y = dtr.apply1(Op::Scalar { op: ScalarOp::Mul, value: 3.0 }, &[x])?;
+/// assert_eq!(dtr.get_value(y)?, vec![3.0, 6.0]);
+/// # Ok::<(), dtr::Error>(())
+/// ```
+pub struct Interpreter<B: Backend> {
+    backend: B,
+    graph: Graph,
+    /// The buffer of every resident storage.
+    buffers: SecondaryMap<StorageId, B::Buffer>,
+    pool: CandidatePool,
+    heuristic: Box<dyn Heuristic>,
+    memory: MemoryCounter,
+    config: Config,
+    stats: Stats,
+    events: Vec<Event>,
+}
+
+/// Bytes in use, their high-water mark and the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryReport {
+    pub in_use_bytes: u64,
+    pub peak_bytes: u64,
+    pub budget_bytes: Option<u64>,
+}
+
+impl<B: Backend> Interpreter<B> {
+    pub fn new(backend: B, config: Config) -> Result<Interpreter<B>> {
+        Ok(Interpreter {
+            backend,
+            graph: Graph::new(),
+            buffers: SecondaryMap::new(),
+            pool: CandidatePool::new(),
+            heuristic: heuristic_by_name(&config.heuristic)?,
+            memory: MemoryCounter::new(config.budget_bytes),
+            config,
+            stats: Stats::default(),
+            events: Vec::new(),
+        })
+    }
+
+    /// Uploads host data as a new tensor. Puts have no compute path, so they
+    /// are never evicted; they are freed when no one can need them.
+    pub fn put(&mut self, data: &[f32], dims: &[usize]) -> Result<TensorId> {
+        let layout = Layout::contiguous(dims);
+        if data.len() != layout.numel() {
+            return Err(Error::InvalidArgument(format!(
+                "put: {} values given for shape {dims:?} ({} elements)",
+                data.len(),
+                layout.numel()
+            )));
+        }
+        let bytes = layout.numel() as u64 * ELEMENT_BYTES;
+        self.make_room(bytes, || format!("put of shape {dims:?}"))?;
+        let buffer = self.backend.upload(data, &layout)?;
+        self.memory.allocate(bytes);
+        let storage = self.graph.storages.insert(StorageInfo {
+            bytes,
+            tensors: SmallVec::new(),
+            residency: Residency::Resident,
+            locks: 0,
+            pins: 0,
+            last_access: self.graph.clock,
+            cost: 0,
+            recomputable: false,
+        });
+        self.buffers.insert(storage, buffer);
+        let tensor = self.graph.tensors.insert(TensorInfo {
+            producer: None,
+            storage,
+            layout,
+            defined: true,
+            user_refs: 1,
+            consumers: SmallVec::new(),
+        });
+        self.graph.storages[storage].tensors.push(tensor);
+        Ok(tensor)
+    }
+
+    /// Applies `op` to `inputs` and returns its outputs, one handle each.
+    /// Evicted inputs are rematerialised first; room for the outputs is made
+    /// by evicting. On error nothing changes but the eviction state.
+    pub fn apply_op(&mut self, op: Op, inputs: &[TensorId]) -> Result<SmallVec<[TensorId; 2]>> {
+        let signature = {
+            let mut layouts: SmallVec<[&Layout; 4]> = SmallVec::new();
+            for &t in inputs {
+                layouts.push(&self.live_tensor(t)?.layout);
+            }
+            op.signature(&layouts)?
+        };
+        let node = self.insert_node(op, inputs, signature);
+        if let Err(error) = self.materialize(node, true) {
+            self.remove_failed_node(node);
+            return Err(error);
+        }
+        let outputs: SmallVec<[TensorId; 2]> = self.graph.nodes[node]
+            .outputs
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        for &t in &outputs {
+            let storage = self.graph.tensors[t].storage;
+            self.graph.storages[storage].last_access = self.graph.clock;
+        }
+        self.stats.ops += 1;
+        self.stats.baseline_compute += self.graph.nodes[node].cost();
+        Ok(outputs)
+    }
+
+    /// [`Interpreter::apply_op`] for an op with exactly one output.
+    pub fn apply1(&mut self, op: Op, inputs: &[TensorId]) -> Result<TensorId> {
+        let name = op.name();
+        let outputs = self.apply_op(op, inputs)?;
+        match outputs.as_slice() {
+            [one] => Ok(*one),
+            _ => {
+                // Keep the interpreter clean: the caller gets no handle to these.
+                for &t in &outputs {
+                    self.del(t)?;
+                }
+                Err(Error::InvalidArgument(format!(
+                    "apply1: `{name}` has {} outputs",
+                    outputs.len()
+                )))
+            }
+        }
+    }
+
+    /// Reads a tensor back, rematerialising it if needed.
+    pub fn get_value(&mut self, tensor: TensorId) -> Result<Vec<f32>> {
+        self.ensure_defined(tensor)?;
+        let storage = self.graph.tensors[tensor].storage;
+        self.graph.storages[storage].last_access = self.graph.clock;
+        // Pinned while the data is read back, so nothing can evict it meanwhile.
+        self.pin_storage(storage);
+        let info = &self.graph.tensors[tensor];
+        let view = crate::backend::BufferView {
+            buffer: &self.buffers[storage],
+            layout: &info.layout,
+        };
+        let result = self.backend.read(view);
+        self.unpin_storage(storage);
+        result
+    }
+
+    /// Adds a user handle to `tensor` (it then needs one more [`Interpreter::del`]).
+    pub fn retain(&mut self, tensor: TensorId) -> Result<()> {
+        self.live_tensor(tensor)?;
+        self.graph.tensors[tensor].user_refs += 1;
+        Ok(())
+    }
+
+    /// Keeps `tensor` resident until [`Interpreter::unpin`], rematerialising it now if needed.
+    pub fn pin(&mut self, tensor: TensorId) -> Result<()> {
+        self.ensure_defined(tensor)?;
+        self.pin_storage(self.graph.tensors[tensor].storage);
+        Ok(())
+    }
+
+    /// Undoes one [`Interpreter::pin`].
+    pub fn unpin(&mut self, tensor: TensorId) -> Result<()> {
+        let storage = self.live_tensor(tensor)?.storage;
+        if self.graph.storages[storage].pins == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "unpin: tensor {tensor:?} is not pinned"
+            )));
+        }
+        self.unpin_storage(storage);
+        Ok(())
+    }
+
+    /// Changes the budget. Lowering it below what is in use takes effect at
+    /// the next allocation, which evicts down to it.
+    pub fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
+        self.memory.set_budget_bytes(budget_bytes);
+        self.config.budget_bytes = budget_bytes;
+    }
+
+    pub fn dims(&self, tensor: TensorId) -> Result<&[usize]> {
+        Ok(&self.live_tensor(tensor)?.layout.dims)
+    }
+
+    /// Whether the tensor's value is in memory now (no recomputation needed).
+    pub fn is_resident(&self, tensor: TensorId) -> Result<bool> {
+        Ok(self.live_tensor(tensor)?.defined)
+    }
+
+    pub fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            in_use_bytes: self.memory.in_use_bytes(),
+            peak_bytes: self.memory.peak_bytes(),
+            budget_bytes: self.memory.budget_bytes(),
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Recorded events (empty unless [`Config::record_events`]).
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Tensors the interpreter still tracks, as handles or as history.
+    pub fn tracked_tensors(&self) -> usize {
+        self.graph.tensors.len()
+    }
+
+    /// Storages still tracked, resident or evicted.
+    pub fn tracked_storages(&self) -> usize {
+        self.graph.storages.len()
+    }
+
+    /// Read-only access to the tables, for inspection and heuristics' tests.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    pub fn heuristic_name(&self) -> &'static str {
+        self.heuristic.name()
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// A tensor the user still holds a handle to.
+    fn live_tensor(&self, tensor: TensorId) -> Result<&TensorInfo> {
+        match self.graph.tensors.get(tensor) {
+            Some(info) if info.user_refs > 0 => Ok(info),
+            Some(_) => Err(Error::UnknownTensor(format!("{tensor:?} (deleted)"))),
+            None => Err(Error::UnknownTensor(format!("{tensor:?}"))),
+        }
+    }
+
+    /// Makes a live tensor's value available, recomputing what it needs.
+    fn ensure_defined(&mut self, tensor: TensorId) -> Result<()> {
+        let info = self.live_tensor(tensor)?;
+        if info.defined {
+            return Ok(());
+        }
+        let (node, _) = info
+            .producer
+            .expect("only recomputable storages are evicted");
+        self.materialize(node, false)
+    }
+
+    /// Adds a node and its (not yet computed) outputs to the graph.
+    fn insert_node(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        signature: crate::ops::Signature,
+    ) -> NodeId {
+        let outputs = signature.outputs.clone();
+        let node = self.graph.nodes.insert(OpNode {
+            op,
+            inputs: inputs.into(),
+            outputs: smallvec![None; outputs.len()],
+            signature,
+        });
+        for (k, spec) in outputs.into_iter().enumerate() {
+            let bytes = spec.bytes();
+            let storage = match spec.alias_of {
+                Some(i) => self.graph.tensors[inputs[i]].storage,
+                None => self.graph.storages.insert(StorageInfo {
+                    bytes,
+                    tensors: SmallVec::new(),
+                    residency: Residency::Evicted,
+                    locks: 0,
+                    pins: 0,
+                    last_access: self.graph.clock,
+                    cost: 0,
+                    recomputable: true,
+                }),
+            };
+            let tensor = self.graph.tensors.insert(TensorInfo {
+                producer: Some((node, k)),
+                storage,
+                layout: spec.layout,
+                defined: false,
+                user_refs: 1,
+                consumers: SmallVec::new(),
+            });
+            self.graph.storages[storage].tensors.push(tensor);
+            self.graph.refresh_storage_cost(storage);
+            self.graph.nodes[node].outputs[k] = Some(tensor);
+        }
+        for &input in inputs {
+            let consumers = &mut self.graph.tensors[input].consumers;
+            if !consumers.contains(&node) {
+                consumers.push(node);
+            }
+        }
+        node
+    }
+
+    /// Undoes [`Interpreter::insert_node`] for a node whose first run failed.
+    fn remove_failed_node(&mut self, node: NodeId) {
+        let OpNode {
+            inputs, outputs, ..
+        } = self.graph.nodes.remove(node).expect("node exists");
+        for tensor in outputs.into_iter().flatten() {
+            let info = self.graph.tensors.remove(tensor).expect("output exists");
+            debug_assert!(!info.defined, "a failed op defined an output");
+            let storage = &mut self.graph.storages[info.storage];
+            storage.tensors.retain(|t| *t != tensor);
+            if storage.tensors.is_empty() {
+                self.graph.storages.remove(info.storage);
+            } else {
+                self.graph.refresh_storage_cost(info.storage);
+            }
+        }
+        for input in inputs {
+            self.graph.tensors[input].consumers.retain(|n| *n != node);
+        }
+    }
+}
+
+impl<B: Backend> Interpreter<B> {
+    /// Verifies the interpreter's internal invariants (for tests and
+    /// debugging): memory accounting matches the resident storages, the
+    /// candidate pool holds exactly the evictable ones, no lock outlives an
+    /// op, tensors are defined only over resident storages, and the
+    /// consumer lists match the nodes.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let graph = &self.graph;
+        let mut resident_bytes = 0;
+        for (id, s) in &graph.storages {
+            if s.locks != 0 {
+                return Err(format!("{id:?} still has {} locks", s.locks));
+            }
+            if s.tensors.is_empty() {
+                return Err(format!("{id:?} has no tensors"));
+            }
+            if s.is_resident() != self.buffers.contains_key(id) {
+                return Err(format!("{id:?} residency does not match its buffer"));
+            }
+            if s.is_resident() {
+                resident_bytes += s.bytes;
+            }
+            let evictable = s.is_resident() && s.recomputable && s.pins == 0;
+            if evictable != self.pool.contains(id) {
+                return Err(format!(
+                    "{id:?} evictable={evictable} but pool membership differs"
+                ));
+            }
+            for &t in &s.tensors {
+                if graph.tensors[t].defined && !s.is_resident() {
+                    return Err(format!("{t:?} is defined over evicted {id:?}"));
+                }
+            }
+        }
+        if resident_bytes != self.memory.in_use_bytes() {
+            return Err(format!(
+                "{resident_bytes} B resident but {} B accounted",
+                self.memory.in_use_bytes()
+            ));
+        }
+        if let Some(budget) = self.memory.budget_bytes() {
+            if self.memory.in_use_bytes() > budget {
+                return Err(format!(
+                    "{} B in use over a budget of {budget} B",
+                    self.memory.in_use_bytes()
+                ));
+            }
+        }
+        for (id, t) in &graph.tensors {
+            if t.user_refs == 0 && t.consumers.is_empty() {
+                return Err(format!("{id:?} is unneeded but not freed"));
+            }
+            for &node in &t.consumers {
+                if !graph.nodes[node].inputs.contains(&id) {
+                    return Err(format!(
+                        "{id:?} lists {node:?} as consumer but is not its input"
+                    ));
+                }
+            }
+        }
+        for (id, node) in &graph.nodes {
+            if node.outputs.iter().all(Option::is_none) {
+                return Err(format!("{id:?} has no live output"));
+            }
+            for &input in &node.inputs {
+                if !graph.tensors[input].consumers.contains(&id) {
+                    return Err(format!("{id:?} reads {input:?}, which does not list it"));
+                }
+            }
+        }
+        Ok(())
+    }
+}

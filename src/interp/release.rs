@@ -1,0 +1,103 @@
+//! Dropping handles: `del`, eager eviction, and real frees.
+//!
+//! A tensor whose last handle is dropped is freed for real once nothing can
+//! need it again: no live node reads it. Until then it stays as history so
+//! its dependents can be recomputed, and its storage is evicted at once
+//! when eager eviction is on and no view of it is still held.
+
+use super::Interpreter;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::graph::{StorageId, TensorId};
+
+impl<B: Backend> Interpreter<B> {
+    /// Drops one user handle to `tensor`.
+    pub fn del(&mut self, tensor: TensorId) -> Result<()> {
+        let info = self.live_tensor(tensor)?;
+        if self.graph.storages[info.storage].locks > 0 {
+            return Err(Error::InvalidArgument(format!(
+                "del: tensor {tensor:?} is in use by a running op"
+            )));
+        }
+        let info = &mut self.graph.tensors[tensor];
+        info.user_refs -= 1;
+        if info.user_refs > 0 {
+            return Ok(());
+        }
+        let (unneeded, storage) = (info.consumers.is_empty(), info.storage);
+        if unneeded {
+            self.free(tensor);
+        } else if self.config.eager_eviction {
+            self.evict_if_unreferenced(storage);
+        }
+        Ok(())
+    }
+
+    /// Eager eviction: evicts `storage` if no view of it has a handle left.
+    fn evict_if_unreferenced(&mut self, storage: StorageId) {
+        let info = &self.graph.storages[storage];
+        let unreferenced = info
+            .tensors
+            .iter()
+            .all(|&t| self.graph.tensors[t].user_refs == 0);
+        if unreferenced && self.pool.contains(storage) {
+            self.evict(storage, true);
+        }
+    }
+
+    /// Frees `tensor` (no handles, no consumers) and then every input that
+    /// this leaves unneeded, iteratively.
+    fn free(&mut self, tensor: TensorId) {
+        let mut unneeded = vec![tensor];
+        while let Some(tensor) = unneeded.pop() {
+            let info = self
+                .graph
+                .tensors
+                .remove(tensor)
+                .expect("freed tensors are tracked");
+            debug_assert!(info.user_refs == 0 && info.consumers.is_empty());
+            self.detach_from_storage(tensor, info.storage);
+            let Some((node, k)) = info.producer else {
+                continue;
+            };
+            self.graph.nodes[node].outputs[k] = None;
+            if self.graph.nodes[node].outputs.iter().any(Option::is_some) {
+                continue; // siblings still need the node to be recomputed
+            }
+            let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
+            for input in node_info.inputs {
+                let Some(input_info) = self.graph.tensors.get_mut(input) else {
+                    continue;
+                };
+                input_info.consumers.retain(|n| *n != node);
+                if input_info.user_refs == 0
+                    && input_info.consumers.is_empty()
+                    && !unneeded.contains(&input)
+                {
+                    unneeded.push(input);
+                }
+            }
+        }
+    }
+
+    /// Removes `tensor` from its storage, freeing the storage with its last tensor.
+    fn detach_from_storage(&mut self, tensor: TensorId, storage: StorageId) {
+        let info = &mut self.graph.storages[storage];
+        info.tensors.retain(|t| *t != tensor);
+        if !info.tensors.is_empty() {
+            self.graph.refresh_storage_cost(storage);
+            return;
+        }
+        self.heuristic.on_free(storage, &self.graph);
+        let info = self
+            .graph
+            .storages
+            .remove(storage)
+            .expect("storage is tracked");
+        self.pool.remove(storage);
+        if let Some(buffer) = self.buffers.remove(storage) {
+            self.backend.release(buffer);
+            self.memory.free(info.bytes);
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! What a run did: counters and an optional event log.
+
+use crate::graph::TensorId;
+
+/// Counters of one interpreter's work so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Ops the user applied (each once).
+    pub ops: u64,
+    /// Cost of the ops the user applied, each counted once: the unbounded run's compute.
+    pub baseline_compute: u64,
+    /// Cost of every op run, rematerialisations included.
+    pub compute: u64,
+    /// Cost of rematerialisations alone.
+    pub remat_compute: u64,
+    /// Op re-executions made to bring evicted tensors back.
+    pub rematerializations: u64,
+    /// Storages evicted, eager evictions included.
+    pub evictions: u64,
+    /// Storages evicted because the user dropped their last handle.
+    pub eager_evictions: u64,
+}
+
+impl Stats {
+    /// Compute over the unbounded run's compute (1.0 without rematerialisation).
+    pub fn overhead(&self) -> f64 {
+        if self.baseline_compute == 0 {
+            1.0
+        } else {
+            self.compute as f64 / self.baseline_compute as f64
+        }
+    }
+}
+
+/// One eviction or rematerialisation, when [`crate::Config::record_events`] is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A storage, named by its root tensor, was evicted.
+    Evict {
+        tensor: TensorId,
+        bytes: u64,
+        eager: bool,
+    },
+    /// An op was run again to recompute `tensor` (the first output it restored).
+    Rematerialize { tensor: TensorId, op: &'static str },
+}

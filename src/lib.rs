@@ -1,0 +1,28 @@
+//! # dtr — Dynamic Tensor Rematerialization
+//!
+//! An eager tensor runtime that keeps memory under a budget by evicting
+//! tensors and recomputing them, transparently, when they are needed again
+//! (Kirisame et al., ICLR 2021).
+//!
+//! Layers, low to high: [`shape`] and [`ops`] describe tensors and ops;
+//! [`backend`] executes them; [`graph`] holds the tensors' compute
+//! history; [`policy`] chooses what to evict; [`memory`] accounts bytes;
+//! [`interp`] runs `put / apply_op / del / get_value` on top of them.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod graph;
+pub mod interp;
+pub mod memory;
+pub mod ops;
+pub mod policy;
+pub mod shape;
+
+pub use backend::cpu::CpuBackend;
+pub use backend::{Backend, BufferView};
+pub use config::Config;
+pub use error::{Error, Result};
+pub use graph::TensorId;
+pub use interp::{Event, Interpreter, MemoryReport, Stats};
+pub use ops::{BinaryOp, Op, ReduceOp, ScalarOp, UnaryOp, Window2d};

@@ -1,0 +1,290 @@
+//! The op set: what each op is called, its attributes, its shape rules and
+//! its default recompute cost.
+//!
+//! An [`Op`] is pure description; backends execute it. [`Op::signature`]
+//! checks the inputs' layouts, says for each output whether it is a fresh
+//! storage or a view of an input, and estimates the cost in FLOPs (for
+//! memory-bound ops, elements touched) that the eviction heuristics use as
+//! the recompute cost `c0`.
+
+mod signature;
+
+pub use signature::{OutputSpec, Signature, ELEMENT_BYTES};
+
+use crate::shape::Dims;
+
+/// Elementwise functions of one tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Relu,
+    /// The tanh approximation used by GPT-style models.
+    Gelu,
+    Tanh,
+    Sigmoid,
+}
+
+impl UnaryOp {
+    /// Whether [`Op::UnaryBackward`] takes this op's output (`true`) or its
+    /// input (`false`) as the saved tensor. Saving the output where the
+    /// derivative is cheap in it (exp, sqrt, tanh, sigmoid) is what frameworks do.
+    pub fn backward_uses_output(self) -> bool {
+        matches!(
+            self,
+            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+        }
+    }
+}
+
+/// Elementwise functions of two tensors, with NumPy broadcasting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+        }
+    }
+}
+
+/// Elementwise functions of a tensor and a constant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarOp {
+    Add,
+    Mul,
+    /// `x^c`.
+    Pow,
+}
+
+/// Reductions over one axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// 2-D window geometry shared by convolution and pooling: per spatial axis
+/// (height, width) the stride and the zero padding on each side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Window2d {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+}
+
+impl Window2d {
+    pub fn new(stride: usize, padding: usize) -> Window2d {
+        Window2d {
+            stride: [stride, stride],
+            padding: [padding, padding],
+        }
+    }
+
+    /// Output extent of one spatial axis, or `None` when the window does not fit.
+    pub fn output_len(&self, axis: usize, input: usize, kernel: usize) -> Option<usize> {
+        let padded = input + 2 * self.padding[axis];
+        if kernel == 0 || self.stride[axis] == 0 || padded < kernel {
+            return None;
+        }
+        Some((padded - kernel) / self.stride[axis] + 1)
+    }
+}
+
+/// An operation on tensors, with its attributes. Inputs are listed per variant.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// No inputs; a tensor of `dims` filled with `value`. Recomputable, unlike a put.
+    Fill { dims: Dims, value: f32 },
+    /// `(x)`.
+    Unary(UnaryOp),
+    /// `(grad_out, saved)` → grad of the input; `saved` is the op's output or
+    /// input as [`UnaryOp::backward_uses_output`] says.
+    UnaryBackward(UnaryOp),
+    /// `(a, b)`, broadcasting.
+    Binary(BinaryOp),
+    /// `(x)` combined with the constant `value`.
+    Scalar { op: ScalarOp, value: f32 },
+    /// `(a [.., m, k], b [.., k, n])`; batch axes must match, or `b` is 2-D.
+    MatMul,
+    /// `(x)`, a view with axes `dim0` and `dim1` swapped.
+    Transpose { dim0: isize, dim1: isize },
+    /// `(x)`, a view when `x` is contiguous, else a copy.
+    Reshape { dims: Dims },
+    /// `(x)`, a view of `start..end` along `axis`.
+    Slice {
+        axis: isize,
+        start: usize,
+        end: usize,
+    },
+    /// `(x)`, a broadcast view to `dims` (stride 0 on stretched axes).
+    Expand { dims: Dims },
+    /// `(x)`, a packed row-major copy.
+    Contiguous,
+    /// `(x₀, x₁, …)` joined along `axis`.
+    Concat { axis: isize },
+    /// `(x)` reduced over `axis`.
+    Reduce {
+        op: ReduceOp,
+        axis: isize,
+        keepdim: bool,
+    },
+    /// `(x)`, numerically stable softmax over `axis`.
+    Softmax { axis: isize },
+    /// `(x)`.
+    LogSoftmax { axis: isize },
+    /// `(grad_out, y)` with `y` the softmax output.
+    SoftmaxBackward { axis: isize },
+    /// `(grad_out, y)` with `y` the log-softmax output.
+    LogSoftmaxBackward { axis: isize },
+    /// `(x [.., d], gamma [d], beta [d])` → `(y, mean [..], rstd [..])`, over the last axis.
+    LayerNorm { eps: f32 },
+    /// `(grad_y, x, gamma, mean, rstd)` → `(grad_x, grad_gamma, grad_beta)`.
+    LayerNormBackward,
+    /// `(x [n, c, h, w], weight [o, c, kh, kw])` → `[n, o, oh, ow]`.
+    Conv2d(Window2d),
+    /// `(grad_out, weight)` → grad of `x`, whose spatial size is `input_hw`.
+    Conv2dBackwardData {
+        window: Window2d,
+        input_hw: [usize; 2],
+    },
+    /// `(grad_out, x)` → grad of the weight, whose kernel size is `kernel_hw`.
+    Conv2dBackwardWeight {
+        window: Window2d,
+        kernel_hw: [usize; 2],
+    },
+    /// `(x [n, c, h, w])`; padding counts as -∞.
+    MaxPool2d {
+        kernel: [usize; 2],
+        window: Window2d,
+    },
+    /// `(grad_out, x)` → grad of `x`; ties send the gradient to the first maximum.
+    MaxPool2dBackward {
+        kernel: [usize; 2],
+        window: Window2d,
+    },
+    /// `(x [n, c, h, w])`; padding counts as 0 and in the divisor.
+    AvgPool2d {
+        kernel: [usize; 2],
+        window: Window2d,
+    },
+    /// `(grad_out)` → grad of `x`, whose spatial size is `input_hw`.
+    AvgPool2dBackward {
+        kernel: [usize; 2],
+        window: Window2d,
+        input_hw: [usize; 2],
+    },
+    /// `(weight [v, d], indices [..])` → `[.., d]`; indices are integral f32.
+    Embedding,
+    /// `(grad_out [.., d], indices [..])` → grad of the weight `[num_embeddings, d]`.
+    EmbeddingBackward { num_embeddings: usize },
+    /// `(logits [n, c], targets [n])` → mean negative log-likelihood `[]`.
+    CrossEntropy,
+    /// `(grad_loss [], logits, targets)` → grad of the logits.
+    CrossEntropyBackward,
+}
+
+impl Op {
+    /// [`Op::Fill`] of `dims` with `value`.
+    pub fn fill(dims: &[usize], value: f32) -> Op {
+        Op::Fill {
+            dims: dims.into(),
+            value,
+        }
+    }
+
+    /// [`Op::Reshape`] to `dims`.
+    pub fn reshape(dims: &[usize]) -> Op {
+        Op::Reshape { dims: dims.into() }
+    }
+
+    /// [`Op::Expand`] to `dims`.
+    pub fn expand(dims: &[usize]) -> Op {
+        Op::Expand { dims: dims.into() }
+    }
+
+    /// A stable, lower-case name (used in traces and logs).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Fill { .. } => "fill",
+            Op::Unary(u) => u.name(),
+            Op::UnaryBackward(u) => match u {
+                UnaryOp::Neg => "neg_backward",
+                UnaryOp::Exp => "exp_backward",
+                UnaryOp::Log => "log_backward",
+                UnaryOp::Sqrt => "sqrt_backward",
+                UnaryOp::Relu => "relu_backward",
+                UnaryOp::Gelu => "gelu_backward",
+                UnaryOp::Tanh => "tanh_backward",
+                UnaryOp::Sigmoid => "sigmoid_backward",
+            },
+            Op::Binary(b) => b.name(),
+            Op::Scalar {
+                op: ScalarOp::Add, ..
+            } => "add_scalar",
+            Op::Scalar {
+                op: ScalarOp::Mul, ..
+            } => "mul_scalar",
+            Op::Scalar {
+                op: ScalarOp::Pow, ..
+            } => "pow_scalar",
+            Op::MatMul => "matmul",
+            Op::Transpose { .. } => "transpose",
+            Op::Reshape { .. } => "reshape",
+            Op::Slice { .. } => "slice",
+            Op::Expand { .. } => "expand",
+            Op::Contiguous => "contiguous",
+            Op::Concat { .. } => "concat",
+            Op::Reduce {
+                op: ReduceOp::Sum, ..
+            } => "sum",
+            Op::Reduce {
+                op: ReduceOp::Mean, ..
+            } => "mean",
+            Op::Reduce {
+                op: ReduceOp::Max, ..
+            } => "max",
+            Op::Softmax { .. } => "softmax",
+            Op::LogSoftmax { .. } => "log_softmax",
+            Op::SoftmaxBackward { .. } => "softmax_backward",
+            Op::LogSoftmaxBackward { .. } => "log_softmax_backward",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::LayerNormBackward => "layer_norm_backward",
+            Op::Conv2d(_) => "conv2d",
+            Op::Conv2dBackwardData { .. } => "conv2d_backward_data",
+            Op::Conv2dBackwardWeight { .. } => "conv2d_backward_weight",
+            Op::MaxPool2d { .. } => "max_pool2d",
+            Op::MaxPool2dBackward { .. } => "max_pool2d_backward",
+            Op::AvgPool2d { .. } => "avg_pool2d",
+            Op::AvgPool2dBackward { .. } => "avg_pool2d_backward",
+            Op::Embedding => "embedding",
+            Op::EmbeddingBackward { .. } => "embedding_backward",
+            Op::CrossEntropy => "cross_entropy",
+            Op::CrossEntropyBackward => "cross_entropy_backward",
+        }
+    }
+}

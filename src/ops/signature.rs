@@ -1,0 +1,585 @@
+//! Shape inference and cost estimates for every [`Op`].
+
+use smallvec::{smallvec, SmallVec};
+
+use super::{Op, ReduceOp, Window2d};
+use crate::error::{Error, Result};
+use crate::shape::{broadcast_dims, broadcast_layout, resolve_axis, Dims, Layout};
+
+/// Bytes per element; every data-carrying backend stores f32.
+pub const ELEMENT_BYTES: u64 = 4;
+
+/// What one output of an op is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputSpec {
+    /// For a fresh storage, a contiguous layout; for a view, its layout inside
+    /// the aliased input's storage.
+    pub layout: Layout,
+    /// `Some(i)`: a view of input `i`'s storage (size 0, no allocation).
+    pub alias_of: Option<usize>,
+}
+
+impl OutputSpec {
+    fn fresh(dims: &[usize]) -> OutputSpec {
+        OutputSpec {
+            layout: Layout::contiguous(dims),
+            alias_of: None,
+        }
+    }
+
+    fn view(layout: Layout, input: usize) -> OutputSpec {
+        OutputSpec {
+            layout,
+            alias_of: Some(input),
+        }
+    }
+
+    /// Bytes this output allocates (0 for views).
+    pub fn bytes(&self) -> u64 {
+        match self.alias_of {
+            Some(_) => 0,
+            None => self.layout.numel() as u64 * ELEMENT_BYTES,
+        }
+    }
+}
+
+/// The checked outputs of an op applied to given inputs, and its cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Signature {
+    pub outputs: SmallVec<[OutputSpec; 2]>,
+    /// Estimated compute cost (≥ 1): FLOPs, or elements touched for memory-bound ops.
+    pub cost: u64,
+}
+
+impl Signature {
+    fn one(output: OutputSpec, cost: usize) -> Signature {
+        Signature {
+            outputs: smallvec![output],
+            cost: (cost as u64).max(1),
+        }
+    }
+
+    /// Bytes that all fresh outputs together allocate.
+    pub fn output_bytes(&self) -> u64 {
+        self.outputs.iter().map(OutputSpec::bytes).sum()
+    }
+}
+
+impl Op {
+    /// Number of inputs the op takes; `None` for variadic ([`Op::Concat`]).
+    pub fn arity(&self) -> Option<usize> {
+        Some(match self {
+            Op::Fill { .. } => 0,
+            Op::Unary(_)
+            | Op::Scalar { .. }
+            | Op::Transpose { .. }
+            | Op::Reshape { .. }
+            | Op::Slice { .. }
+            | Op::Expand { .. }
+            | Op::Contiguous
+            | Op::Reduce { .. }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::MaxPool2d { .. }
+            | Op::AvgPool2d { .. }
+            | Op::AvgPool2dBackward { .. } => 1,
+            Op::UnaryBackward(_)
+            | Op::Binary(_)
+            | Op::MatMul
+            | Op::SoftmaxBackward { .. }
+            | Op::LogSoftmaxBackward { .. }
+            | Op::Conv2d(_)
+            | Op::Conv2dBackwardData { .. }
+            | Op::Conv2dBackwardWeight { .. }
+            | Op::MaxPool2dBackward { .. }
+            | Op::Embedding
+            | Op::EmbeddingBackward { .. }
+            | Op::CrossEntropy => 2,
+            Op::LayerNorm { .. } | Op::CrossEntropyBackward => 3,
+            Op::LayerNormBackward => 5,
+            Op::Concat { .. } => return None,
+        })
+    }
+
+    /// Checks the inputs' layouts and describes the outputs.
+    pub fn signature(&self, inputs: &[&Layout]) -> Result<Signature> {
+        let name = self.name();
+        let fail = |message: String| Error::shape(name, message);
+        match self.arity() {
+            Some(n) if n != inputs.len() => {
+                return Err(fail(format!("takes {n} inputs, got {}", inputs.len())))
+            }
+            None if inputs.is_empty() => return Err(fail("needs at least one input".into())),
+            _ => {}
+        }
+        let dims = |i: usize| -> &[usize] { &inputs[i].dims };
+        let axis_of = |axis: isize, rank: usize| {
+            resolve_axis(axis, rank)
+                .ok_or_else(|| fail(format!("axis {axis} is out of range for rank {rank}")))
+        };
+        let same_shape = |a: usize, b: usize| {
+            if dims(a) == dims(b) {
+                Ok(())
+            } else {
+                Err(fail(format!(
+                    "shapes {:?} and {:?} must be equal",
+                    dims(a),
+                    dims(b)
+                )))
+            }
+        };
+
+        match self {
+            Op::Fill { dims, .. } => Ok(Signature::one(
+                OutputSpec::fresh(dims),
+                dims.iter().product(),
+            )),
+            Op::Unary(_) | Op::Scalar { .. } => Ok(Signature::one(
+                OutputSpec::fresh(dims(0)),
+                inputs[0].numel(),
+            )),
+            Op::UnaryBackward(_) => {
+                same_shape(0, 1)?;
+                Ok(Signature::one(
+                    OutputSpec::fresh(dims(0)),
+                    2 * inputs[0].numel(),
+                ))
+            }
+            Op::Binary(_) => {
+                let out = broadcast_dims(dims(0), dims(1)).ok_or_else(|| {
+                    fail(format!(
+                        "shapes {:?} and {:?} do not broadcast",
+                        dims(0),
+                        dims(1)
+                    ))
+                })?;
+                let n = out.iter().product();
+                Ok(Signature::one(OutputSpec::fresh(&out), n))
+            }
+            Op::MatMul => matmul_signature(dims(0), dims(1)).map_err(fail),
+            Op::Transpose { dim0, dim1 } => {
+                let rank = inputs[0].rank();
+                let (a, b) = (axis_of(*dim0, rank)?, axis_of(*dim1, rank)?);
+                let mut layout = inputs[0].clone();
+                layout.dims.swap(a, b);
+                layout.strides.swap(a, b);
+                Ok(Signature::one(OutputSpec::view(layout, 0), 1))
+            }
+            Op::Reshape { dims: target } => {
+                let numel: usize = target.iter().product();
+                if numel != inputs[0].numel() {
+                    return Err(fail(format!(
+                        "cannot reshape {:?} ({} elements) to {:?} ({numel} elements)",
+                        dims(0),
+                        inputs[0].numel(),
+                        target.as_slice()
+                    )));
+                }
+                if inputs[0].is_contiguous() {
+                    let mut layout = Layout::contiguous(target);
+                    layout.offset = inputs[0].offset;
+                    Ok(Signature::one(OutputSpec::view(layout, 0), 1))
+                } else {
+                    Ok(Signature::one(OutputSpec::fresh(target), numel))
+                }
+            }
+            Op::Slice { axis, start, end } => {
+                let a = axis_of(*axis, inputs[0].rank())?;
+                if start > end || *end > dims(0)[a] {
+                    return Err(fail(format!(
+                        "range {start}..{end} is outside axis {a} of length {}",
+                        dims(0)[a]
+                    )));
+                }
+                let mut layout = inputs[0].clone();
+                layout.offset += start * layout.strides[a];
+                layout.dims[a] = end - start;
+                Ok(Signature::one(OutputSpec::view(layout, 0), 1))
+            }
+            Op::Expand { dims: target } => {
+                let layout = broadcast_layout(inputs[0], target).ok_or_else(|| {
+                    fail(format!(
+                        "cannot expand {:?} to {:?}",
+                        dims(0),
+                        target.as_slice()
+                    ))
+                })?;
+                Ok(Signature::one(OutputSpec::view(layout, 0), 1))
+            }
+            Op::Contiguous => Ok(Signature::one(
+                OutputSpec::fresh(dims(0)),
+                inputs[0].numel(),
+            )),
+            Op::Concat { axis } => {
+                let a = axis_of(*axis, inputs[0].rank())?;
+                let mut out: Dims = dims(0).into();
+                for (i, input) in inputs.iter().enumerate().skip(1) {
+                    let compatible = input.rank() == out.len()
+                        && input
+                            .dims
+                            .iter()
+                            .zip(&out)
+                            .enumerate()
+                            .all(|(k, (x, y))| k == a || x == y);
+                    if !compatible {
+                        return Err(fail(format!(
+                            "input {i} has shape {:?}, incompatible with {:?} along axis {a}",
+                            input.dims.as_slice(),
+                            dims(0)
+                        )));
+                    }
+                    out[a] += input.dims[a];
+                }
+                let n = out.iter().product();
+                Ok(Signature::one(OutputSpec::fresh(&out), n))
+            }
+            Op::Reduce { op, axis, keepdim } => {
+                let a = axis_of(*axis, inputs[0].rank())?;
+                if *op == ReduceOp::Max && dims(0)[a] == 0 {
+                    return Err(fail("max over an empty axis".into()));
+                }
+                let mut out: Dims = dims(0).into();
+                if *keepdim {
+                    out[a] = 1;
+                } else {
+                    out.remove(a);
+                }
+                Ok(Signature::one(OutputSpec::fresh(&out), inputs[0].numel()))
+            }
+            Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+                axis_of(*axis, inputs[0].rank())?;
+                Ok(Signature::one(
+                    OutputSpec::fresh(dims(0)),
+                    4 * inputs[0].numel(),
+                ))
+            }
+            Op::SoftmaxBackward { axis } | Op::LogSoftmaxBackward { axis } => {
+                axis_of(*axis, inputs[0].rank())?;
+                same_shape(0, 1)?;
+                Ok(Signature::one(
+                    OutputSpec::fresh(dims(0)),
+                    4 * inputs[0].numel(),
+                ))
+            }
+            Op::LayerNorm { .. } => {
+                let (rows, d) = layer_norm_rows(dims(0)).map_err(fail)?;
+                for (i, what) in [(1, "gamma"), (2, "beta")] {
+                    if dims(i) != [d] {
+                        return Err(fail(format!(
+                            "{what} has shape {:?}, expected [{d}]",
+                            dims(i)
+                        )));
+                    }
+                }
+                let stats = &dims(0)[..dims(0).len() - 1];
+                Ok(Signature {
+                    outputs: smallvec![
+                        OutputSpec::fresh(dims(0)),
+                        OutputSpec::fresh(stats),
+                        OutputSpec::fresh(stats)
+                    ],
+                    cost: (8 * rows * d) as u64,
+                })
+            }
+            Op::LayerNormBackward => {
+                same_shape(0, 1)?;
+                let (rows, d) = layer_norm_rows(dims(1)).map_err(fail)?;
+                let stats = &dims(1)[..dims(1).len() - 1];
+                if dims(2) != [d] || dims(3) != stats || dims(4) != stats {
+                    return Err(fail(format!(
+                        "gamma {:?}, mean {:?}, rstd {:?} do not match x {:?}",
+                        dims(2),
+                        dims(3),
+                        dims(4),
+                        dims(1)
+                    )));
+                }
+                Ok(Signature {
+                    outputs: smallvec![
+                        OutputSpec::fresh(dims(1)),
+                        OutputSpec::fresh(&[d]),
+                        OutputSpec::fresh(&[d])
+                    ],
+                    cost: (12 * rows * d) as u64,
+                })
+            }
+            Op::Conv2d(window) => {
+                let (x, w) = (
+                    rank4(dims(0), "x").map_err(fail)?,
+                    rank4(dims(1), "weight").map_err(fail)?,
+                );
+                if x[1] != w[1] {
+                    return Err(fail(format!(
+                        "x has {} channels but weight expects {}",
+                        x[1], w[1]
+                    )));
+                }
+                let (oh, ow) = conv_output(window, [x[2], x[3]], [w[2], w[3]]).map_err(fail)?;
+                let out = [x[0], w[0], oh, ow];
+                let flops = 2 * x[0] * w[0] * oh * ow * w[1] * w[2] * w[3];
+                Ok(Signature::one(OutputSpec::fresh(&out), flops))
+            }
+            Op::Conv2dBackwardData { window, input_hw } => {
+                let (dy, w) = (
+                    rank4(dims(0), "grad_out").map_err(fail)?,
+                    rank4(dims(1), "weight").map_err(fail)?,
+                );
+                let expected = conv_output(window, *input_hw, [w[2], w[3]]).map_err(fail)?;
+                if dy[1] != w[0] || (dy[2], dy[3]) != expected {
+                    return Err(fail(format!(
+                        "grad_out {dy:?} does not match weight {w:?} and input size {input_hw:?}"
+                    )));
+                }
+                let flops = 2 * dy[0] * w[0] * dy[2] * dy[3] * w[1] * w[2] * w[3];
+                Ok(Signature::one(
+                    OutputSpec::fresh(&[dy[0], w[1], input_hw[0], input_hw[1]]),
+                    flops,
+                ))
+            }
+            Op::Conv2dBackwardWeight { window, kernel_hw } => {
+                let (dy, x) = (
+                    rank4(dims(0), "grad_out").map_err(fail)?,
+                    rank4(dims(1), "x").map_err(fail)?,
+                );
+                let expected = conv_output(window, [x[2], x[3]], *kernel_hw).map_err(fail)?;
+                if dy[0] != x[0] || (dy[2], dy[3]) != expected {
+                    return Err(fail(format!(
+                        "grad_out {dy:?} does not match x {x:?} and kernel size {kernel_hw:?}"
+                    )));
+                }
+                let flops = 2 * dy[0] * dy[1] * dy[2] * dy[3] * x[1] * kernel_hw[0] * kernel_hw[1];
+                Ok(Signature::one(
+                    OutputSpec::fresh(&[dy[1], x[1], kernel_hw[0], kernel_hw[1]]),
+                    flops,
+                ))
+            }
+            Op::MaxPool2d { kernel, window } | Op::AvgPool2d { kernel, window } => {
+                let x = rank4(dims(0), "x").map_err(fail)?;
+                check_pool_padding(kernel, window).map_err(fail)?;
+                let (oh, ow) = conv_output(window, [x[2], x[3]], *kernel).map_err(fail)?;
+                let n = x[0] * x[1] * oh * ow;
+                Ok(Signature::one(
+                    OutputSpec::fresh(&[x[0], x[1], oh, ow]),
+                    n * kernel[0] * kernel[1],
+                ))
+            }
+            Op::MaxPool2dBackward { kernel, window } => {
+                let (dy, x) = (
+                    rank4(dims(0), "grad_out").map_err(fail)?,
+                    rank4(dims(1), "x").map_err(fail)?,
+                );
+                let (oh, ow) = conv_output(window, [x[2], x[3]], *kernel).map_err(fail)?;
+                if dy != [x[0], x[1], oh, ow] {
+                    return Err(fail(format!(
+                        "grad_out {dy:?} does not match the pooled shape of x {x:?}"
+                    )));
+                }
+                Ok(Signature::one(
+                    OutputSpec::fresh(&x),
+                    dy.iter().product::<usize>() * kernel[0] * kernel[1],
+                ))
+            }
+            Op::AvgPool2dBackward {
+                kernel,
+                window,
+                input_hw,
+            } => {
+                let dy = rank4(dims(0), "grad_out").map_err(fail)?;
+                let (oh, ow) = conv_output(window, *input_hw, *kernel).map_err(fail)?;
+                if (dy[2], dy[3]) != (oh, ow) {
+                    return Err(fail(format!(
+                        "grad_out {dy:?} does not match input size {input_hw:?}"
+                    )));
+                }
+                let out = [dy[0], dy[1], input_hw[0], input_hw[1]];
+                Ok(Signature::one(
+                    OutputSpec::fresh(&out),
+                    dy.iter().product::<usize>() * kernel[0] * kernel[1],
+                ))
+            }
+            Op::Embedding => {
+                if inputs[0].rank() != 2 {
+                    return Err(fail(format!(
+                        "weight must be [vocab, dim], got {:?}",
+                        dims(0)
+                    )));
+                }
+                let mut out: Dims = dims(1).into();
+                out.push(dims(0)[1]);
+                let n = out.iter().product();
+                Ok(Signature::one(OutputSpec::fresh(&out), n))
+            }
+            Op::EmbeddingBackward { num_embeddings } => {
+                let (dy, idx) = (dims(0), dims(1));
+                if dy.len() != idx.len() + 1 || dy[..idx.len()] != *idx {
+                    return Err(fail(format!(
+                        "grad_out {dy:?} must be indices {idx:?} plus one axis"
+                    )));
+                }
+                let d = dy[dy.len() - 1];
+                Ok(Signature::one(
+                    OutputSpec::fresh(&[*num_embeddings, d]),
+                    inputs[0].numel(),
+                ))
+            }
+            Op::CrossEntropy => {
+                check_cross_entropy(dims(0), dims(1)).map_err(fail)?;
+                Ok(Signature::one(
+                    OutputSpec::fresh(&[]),
+                    4 * inputs[0].numel(),
+                ))
+            }
+            Op::CrossEntropyBackward => {
+                if !dims(0).is_empty() {
+                    return Err(fail(format!(
+                        "grad_loss must be a scalar, got {:?}",
+                        dims(0)
+                    )));
+                }
+                check_cross_entropy(dims(1), dims(2)).map_err(fail)?;
+                Ok(Signature::one(
+                    OutputSpec::fresh(dims(1)),
+                    4 * inputs[1].numel(),
+                ))
+            }
+        }
+    }
+}
+
+fn matmul_signature(a: &[usize], b: &[usize]) -> std::result::Result<Signature, String> {
+    if a.len() < 2 || b.len() < 2 {
+        return Err(format!("operands must have rank >= 2, got {a:?} and {b:?}"));
+    }
+    let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+    let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
+    if k != k2 {
+        return Err(format!("inner dimensions differ: {a:?} x {b:?}"));
+    }
+    let batch_a = &a[..a.len() - 2];
+    let batch_b = &b[..b.len() - 2];
+    if !batch_b.is_empty() && batch_a != batch_b {
+        return Err(format!("batch dimensions differ: {a:?} x {b:?}"));
+    }
+    let mut out: Dims = batch_a.into();
+    out.push(m);
+    out.push(n);
+    let batch: usize = batch_a.iter().product();
+    Ok(Signature::one(
+        OutputSpec::fresh(&out),
+        2 * batch * m * n * k,
+    ))
+}
+
+fn layer_norm_rows(x: &[usize]) -> std::result::Result<(usize, usize), String> {
+    match x.split_last() {
+        Some((&d, rest)) if d > 0 => Ok((rest.iter().product(), d)),
+        _ => Err(format!("x must have a nonempty last axis, got {x:?}")),
+    }
+}
+
+fn rank4(dims: &[usize], what: &str) -> std::result::Result<[usize; 4], String> {
+    dims.try_into()
+        .map_err(|_| format!("{what} must be 4-D [n, c, h, w], got {dims:?}"))
+}
+
+fn conv_output(
+    window: &Window2d,
+    input_hw: [usize; 2],
+    kernel_hw: [usize; 2],
+) -> std::result::Result<(usize, usize), String> {
+    let oh = window.output_len(0, input_hw[0], kernel_hw[0]);
+    let ow = window.output_len(1, input_hw[1], kernel_hw[1]);
+    match (oh, ow) {
+        (Some(oh), Some(ow)) => Ok((oh, ow)),
+        _ => Err(format!(
+            "kernel {kernel_hw:?} with stride {:?} and padding {:?} does not fit input {input_hw:?}",
+            window.stride, window.padding
+        )),
+    }
+}
+
+fn check_pool_padding(kernel: &[usize; 2], window: &Window2d) -> std::result::Result<(), String> {
+    // A window made only of padding would have no element to take the max of.
+    if window.padding[0] * 2 > kernel[0] || window.padding[1] * 2 > kernel[1] {
+        return Err(format!(
+            "padding {:?} must be at most half the kernel {kernel:?}",
+            window.padding
+        ));
+    }
+    Ok(())
+}
+
+fn check_cross_entropy(logits: &[usize], targets: &[usize]) -> std::result::Result<(), String> {
+    if logits.len() != 2 || targets != [logits[0]] || logits[1] == 0 {
+        return Err(format!(
+            "logits must be [n, c>0] and targets [n], got {logits:?} and {targets:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{BinaryOp, UnaryOp};
+
+    fn c(dims: &[usize]) -> Layout {
+        Layout::contiguous(dims)
+    }
+
+    #[test]
+    fn broadcasting_binary_and_mismatch() {
+        let s = Op::Binary(BinaryOp::Add)
+            .signature(&[&c(&[4, 1]), &c(&[3])])
+            .unwrap();
+        assert_eq!(s.outputs[0].layout.dims.as_slice(), &[4, 3]);
+        let err = Op::Binary(BinaryOp::Add)
+            .signature(&[&c(&[4, 2]), &c(&[3])])
+            .unwrap_err();
+        assert!(err.to_string().contains("do not broadcast"), "{err}");
+    }
+
+    #[test]
+    fn views_alias_their_input() {
+        let t = Op::Transpose { dim0: 0, dim1: 1 }
+            .signature(&[&c(&[2, 3])])
+            .unwrap();
+        assert_eq!(t.outputs[0].alias_of, Some(0));
+        assert_eq!(t.outputs[0].bytes(), 0);
+        // Reshape of a non-contiguous view must copy.
+        let r = Op::Reshape { dims: [6].into() }
+            .signature(&[&t.outputs[0].layout])
+            .unwrap();
+        assert_eq!(r.outputs[0].alias_of, None);
+        assert_eq!(r.outputs[0].bytes(), 24);
+    }
+
+    #[test]
+    fn matmul_and_conv_shapes() {
+        let m = Op::MatMul
+            .signature(&[&c(&[5, 2, 3]), &c(&[3, 4])])
+            .unwrap();
+        assert_eq!(m.outputs[0].layout.dims.as_slice(), &[5, 2, 4]);
+        assert_eq!(m.cost, 2 * 5 * 2 * 4 * 3);
+        assert!(Op::MatMul.signature(&[&c(&[2, 3]), &c(&[4, 5])]).is_err());
+        let conv = Op::Conv2d(Window2d::new(2, 1))
+            .signature(&[&c(&[1, 3, 8, 8]), &c(&[4, 3, 3, 3])])
+            .unwrap();
+        assert_eq!(conv.outputs[0].layout.dims.as_slice(), &[1, 4, 4, 4]);
+    }
+
+    #[test]
+    fn arity_is_checked() {
+        let err = Op::Unary(UnaryOp::Exp).signature(&[]).unwrap_err();
+        assert!(err.to_string().contains("takes 1 inputs"), "{err}");
+    }
+
+    #[test]
+    fn layer_norm_has_three_outputs() {
+        let s = Op::LayerNorm { eps: 1e-5 }
+            .signature(&[&c(&[2, 5]), &c(&[5]), &c(&[5])])
+            .unwrap();
+        assert_eq!(s.outputs.len(), 3);
+        assert_eq!(s.outputs[1].layout.dims.as_slice(), &[2]);
+    }
+}

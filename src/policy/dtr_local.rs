@@ -1,0 +1,16 @@
+//! `h_DTR_local = c0(s) / (m(s) · stale(s))`: the storage's own cost only.
+
+use super::{cost_density, Heuristic};
+use crate::graph::{Graph, StorageId};
+
+pub struct DtrLocal;
+
+impl Heuristic for DtrLocal {
+    fn name(&self) -> &'static str {
+        "dtr-local"
+    }
+
+    fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
+        cost_density(graph.storages[storage].cost, storage, graph)
+    }
+}

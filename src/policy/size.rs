@@ -1,0 +1,19 @@
+//! `h_size`: evict the largest storage first.
+
+use super::Heuristic;
+use crate::graph::{Graph, StorageId};
+
+pub struct Size;
+
+impl Heuristic for Size {
+    fn name(&self) -> &'static str {
+        "size"
+    }
+
+    fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
+        match graph.storages[storage].bytes {
+            0 => f64::INFINITY,
+            bytes => 1.0 / bytes as f64,
+        }
+    }
+}

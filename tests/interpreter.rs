@@ -1,0 +1,343 @@
+//! Interpreter behaviour through the public API: eviction decisions,
+//! multi-output ops, aliases, deletion, pins, out-of-memory recovery.
+
+use dtr::{
+    BinaryOp, Config, CpuBackend, Error, Event, Interpreter, Op, ScalarOp, TensorId, UnaryOp,
+};
+
+fn interpreter(config: Config) -> Interpreter<CpuBackend> {
+    Interpreter::new(CpuBackend::new(), config.with_events(true)).unwrap()
+}
+
+fn add_scalar(dtr: &mut Interpreter<CpuBackend>, x: TensorId, value: f32) -> TensorId {
+    dtr.apply1(
+        Op::Scalar {
+            op: ScalarOp::Add,
+            value,
+        },
+        &[x],
+    )
+    .unwrap()
+}
+
+fn evicted(tensor: TensorId) -> Event {
+    Event::Evict {
+        tensor,
+        bytes: 4,
+        eager: false,
+    }
+}
+
+fn remat(tensor: TensorId, op: &'static str) -> Event {
+    Event::Rematerialize { tensor, op }
+}
+
+/// OneFlow's chain: a 12-byte budget, 4-byte tensors (one f32 each, every op
+/// costing 1), x1 = fill(1), x_k = x_{k-1} + 2, `del x1` after x2.
+///
+/// Derivation under h_DTR_eq (score = (c0 + Σ distinct evicted-neighbour
+/// classes) / (bytes · (clock − last_access)); the clock starts at 1; the
+/// pool is in the order storages became evictable; the last minimum wins):
+/// - `del x1`: x1 has a dependent, so it is evicted eagerly (history kept).
+/// - x5 (clock 5, pool [x2, x3]): x2 = (1 + x1's class 1) / (4·2) = 0.25,
+///   x3 = 1 / (4·1) = 0.25 — a tie; the later candidate, x3, is evicted.
+/// - x6 (clock 6, pool [x2, x4]): x2 = (1 + 1 + 1) / (4·3) = 0.25,
+///   x4 = (1 + 1) / (4·1) = 0.5 — x2 is evicted; {x1, x2, x3} is one class.
+/// - get_value(x3) at clock 7 needs x2, which needs x1:
+///   room for x1 (pool [x4, x5, x6]): x4 = (1+3)/(4·2) = 0.5, x5 = 1/(4·1) = 0.25,
+///   x6 has staleness 0 (+∞) — x5 goes; x1 is recomputed (class cost 3 → 2).
+///   Room for x2 (clock 8, pool [x4, x6]): x4 = (1 + 2 + 1)/(4·3) = 0.33,
+///   x6 = (1 + 1)/(4·1) = 0.5 — x4 goes; x2 is recomputed.
+///   Room for x3 (clock 9, pool [x6, x1]): x6 = (1 + 3)/(4·2) = 0.5,
+///   x1 = 1/(4·2) = 0.125 — x1 goes; x3 is recomputed.
+#[test]
+fn oneflow_chain_evicts_what_the_formula_says() {
+    let mut dtr = interpreter(
+        Config::default()
+            .with_budget_bytes(12)
+            .with_heuristic("dtr-eq"),
+    );
+    let x1 = dtr.apply1(Op::fill(&[1], 1.0), &[]).unwrap();
+    let x2 = add_scalar(&mut dtr, x1, 2.0);
+    dtr.del(x1).unwrap();
+    let x3 = add_scalar(&mut dtr, x2, 2.0);
+    let x4 = add_scalar(&mut dtr, x3, 2.0);
+    let x5 = add_scalar(&mut dtr, x4, 2.0);
+    let x6 = add_scalar(&mut dtr, x5, 2.0);
+    let roots_x1 = Event::Evict {
+        tensor: x1,
+        bytes: 4,
+        eager: true,
+    };
+    assert_eq!(dtr.events(), &[roots_x1.clone(), evicted(x3), evicted(x2)]);
+
+    assert_eq!(dtr.get_value(x6).unwrap(), vec![11.0]);
+    assert_eq!(dtr.events().len(), 3, "x6 was resident");
+
+    assert_eq!(dtr.get_value(x3).unwrap(), vec![5.0]);
+    assert_eq!(
+        &dtr.events()[3..],
+        &[
+            evicted(x5),
+            remat(x1, "fill"),
+            evicted(x4),
+            remat(x2, "add_scalar"),
+            evicted(x1),
+            remat(x3, "add_scalar"),
+        ]
+    );
+    assert_eq!(dtr.memory().peak_bytes, 12);
+    assert_eq!(dtr.stats().rematerializations, 3);
+    for t in [x2, x3, x4, x5, x6] {
+        dtr.del(t).unwrap();
+    }
+    assert_eq!(dtr.tracked_tensors(), 0);
+    assert_eq!(dtr.memory().in_use_bytes, 0);
+}
+
+#[test]
+fn multi_output_op_recomputes_only_missing_outputs() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[1.0, 2.0, 4.0, 3.0, 5.0, 9.0], &[2, 3]).unwrap();
+    let gamma = dtr.put(&[1.0, 2.0, 0.5], &[3]).unwrap();
+    let beta = dtr.put(&[0.0, 1.0, -1.0], &[3]).unwrap();
+    let x2 = dtr.apply1(Op::Unary(UnaryOp::Exp), &[x]).unwrap();
+    let outs = dtr
+        .apply_op(Op::LayerNorm { eps: 1e-5 }, &[x2, gamma, beta])
+        .unwrap();
+    let (y, mean, rstd) = (outs[0], outs[1], outs[2]);
+    let expected_y = dtr.get_value(y).unwrap();
+    let expected_rstd = dtr.get_value(rstd).unwrap();
+    // `mean` is dropped for good (no one reads it); then only y may be evicted.
+    dtr.del(mean).unwrap();
+    dtr.pin(x2).unwrap();
+    dtr.pin(rstd).unwrap();
+    dtr.set_budget_bytes(Some(dtr.memory().in_use_bytes));
+    let filler = dtr.apply1(Op::fill(&[6], 0.0), &[]).unwrap();
+    dtr.del(filler).unwrap();
+    assert!(!dtr.is_resident(y).unwrap() && dtr.is_resident(rstd).unwrap());
+    dtr.set_budget_bytes(None);
+    let (in_use, before) = (dtr.memory().in_use_bytes, dtr.stats().rematerializations);
+    // One run of layer_norm restores y; the fresh mean and rstd are dropped.
+    assert_eq!(dtr.get_value(y).unwrap(), expected_y);
+    assert_eq!(dtr.stats().rematerializations, before + 1);
+    assert_eq!(dtr.memory().in_use_bytes, in_use + 24);
+    assert_eq!(
+        dtr.memory().peak_bytes.max(in_use + 24 + 8 + 8),
+        dtr.memory().peak_bytes
+    );
+    assert_eq!(dtr.get_value(rstd).unwrap(), expected_rstd);
+    dtr.check_invariants().unwrap();
+}
+
+#[test]
+fn views_share_storage_and_are_replayed_after_eviction() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3]).unwrap();
+    let y = dtr
+        .apply1(
+            Op::Scalar {
+                op: ScalarOp::Mul,
+                value: 10.0,
+            },
+            &[x],
+        )
+        .unwrap();
+    let in_use = dtr.memory().in_use_bytes;
+    let v = dtr
+        .apply1(Op::Transpose { dim0: 0, dim1: 1 }, &[y])
+        .unwrap();
+    let s = dtr
+        .apply1(
+            Op::Slice {
+                axis: 0,
+                start: 1,
+                end: 3,
+            },
+            &[v],
+        )
+        .unwrap();
+    assert_eq!(dtr.memory().in_use_bytes, in_use, "views allocate nothing");
+    assert_eq!(dtr.get_value(s).unwrap(), vec![10.0, 40.0, 20.0, 50.0]);
+
+    // Dropping y keeps its storage: the views still hold it.
+    dtr.del(y).unwrap();
+    assert!(dtr.is_resident(v).unwrap());
+    // Pressure evicts the shared storage; both views become undefined.
+    dtr.set_budget_bytes(Some(in_use));
+    let _z = dtr.apply1(Op::fill(&[6], 0.0), &[]).unwrap();
+    assert!(!dtr.is_resident(v).unwrap() && !dtr.is_resident(s).unwrap());
+    dtr.set_budget_bytes(None);
+    assert_eq!(dtr.get_value(s).unwrap(), vec![10.0, 40.0, 20.0, 50.0]);
+    assert_eq!(
+        dtr.get_value(v).unwrap(),
+        vec![0.0, 30.0, 10.0, 40.0, 20.0, 50.0]
+    );
+    dtr.check_invariants().unwrap();
+}
+
+#[test]
+fn deleting_a_tensor_with_evicted_dependents_keeps_its_history() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[0.5, 1.5], &[2]).unwrap();
+    let a = dtr.apply1(Op::Unary(UnaryOp::Exp), &[x]).unwrap();
+    let b = dtr.apply1(Op::Unary(UnaryOp::Tanh), &[a]).unwrap();
+    let c = dtr.apply1(Op::Unary(UnaryOp::Sigmoid), &[b]).unwrap();
+    let expected = dtr.get_value(c).unwrap();
+    dtr.del(b).unwrap(); // evicted eagerly: c still depends on it
+    dtr.del(a).unwrap(); // same
+    assert_eq!(dtr.stats().eager_evictions, 2);
+    assert_eq!(dtr.tracked_tensors(), 4, "a and b stay as history");
+    // Push c out too, then ask for it: the whole chain is recomputed.
+    dtr.set_budget_bytes(Some(dtr.memory().in_use_bytes));
+    let filler = dtr.apply1(Op::fill(&[2], 0.0), &[]).unwrap();
+    dtr.del(filler).unwrap();
+    assert!(!dtr.is_resident(c).unwrap());
+    dtr.set_budget_bytes(None);
+    assert_eq!(dtr.get_value(c).unwrap(), expected);
+    // Dropping the last handles frees everything, history included.
+    dtr.del(c).unwrap();
+    dtr.del(x).unwrap();
+    assert_eq!((dtr.tracked_tensors(), dtr.tracked_storages()), (0, 0));
+    assert_eq!(dtr.memory().in_use_bytes, 0);
+}
+
+#[test]
+fn pinned_and_put_tensors_are_never_evicted() {
+    let mut dtr = interpreter(
+        Config::default()
+            .with_budget_bytes(16)
+            .with_heuristic("lru"),
+    );
+    let x = dtr.put(&[1.0], &[1]).unwrap();
+    let a = dtr.apply1(Op::Unary(UnaryOp::Exp), &[x]).unwrap();
+    dtr.pin(a).unwrap();
+    let mut last = a;
+    for _ in 0..20 {
+        last = add_scalar(&mut dtr, last, 1.0);
+        assert!(dtr.is_resident(a).unwrap() && dtr.is_resident(x).unwrap());
+        assert!(dtr.memory().in_use_bytes <= 16);
+    }
+    assert!(dtr.stats().evictions > 0);
+    // x and a hold 8 of the 16 bytes for good: 8 more fit, 12 cannot.
+    let fits = dtr.apply1(Op::fill(&[2], 0.0), &[]);
+    assert!(
+        fits.is_ok(),
+        "an 8-byte fill fits once the chain is evicted"
+    );
+    let err = dtr.apply1(Op::fill(&[3], 0.0), &[]).unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+    dtr.unpin(a).unwrap();
+    assert!(dtr.unpin(a).is_err(), "unpin twice is an error");
+    dtr.check_invariants().unwrap();
+}
+
+#[test]
+fn out_of_memory_leaves_state_consistent_and_recovers() {
+    let mut dtr = interpreter(Config::default().with_budget_bytes(32));
+    let x = dtr.put(&[1.0, 2.0, 3.0, 4.0], &[4]).unwrap();
+    let y = dtr.apply1(Op::Unary(UnaryOp::Sqrt), &[x]).unwrap();
+    let tensors_before = dtr.tracked_tensors();
+    let too_big = dtr.apply1(Op::fill(&[16], 1.0), &[]).unwrap_err();
+    match &too_big {
+        Error::OutOfMemory {
+            requested_bytes,
+            budget_bytes,
+            ..
+        } => {
+            assert_eq!((*requested_bytes, *budget_bytes), (64, 32));
+        }
+        other => panic!("expected out of memory, got {other}"),
+    }
+    assert!(
+        too_big.to_string().contains("op `fill` needs 64 B"),
+        "{too_big}"
+    );
+    dtr.check_invariants().unwrap();
+    assert_eq!(
+        dtr.tracked_tensors(),
+        tensors_before,
+        "the failed op left nothing behind"
+    );
+    assert_eq!(
+        dtr.get_value(y).unwrap(),
+        vec![1.0, 2f32.sqrt(), 3f32.sqrt(), 2.0]
+    );
+    dtr.set_budget_bytes(Some(1024));
+    let big = dtr.apply1(Op::fill(&[16], 1.0), &[]).unwrap();
+    assert_eq!(dtr.get_value(big).unwrap(), vec![1.0; 16]);
+}
+
+#[test]
+fn out_of_memory_during_rematerialisation_releases_locks() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[1.0; 4], &[4]).unwrap();
+    let a = dtr.apply1(Op::Unary(UnaryOp::Exp), &[x]).unwrap();
+    let b = dtr.apply1(Op::Unary(UnaryOp::Exp), &[a]).unwrap();
+    let expected = dtr.get_value(b).unwrap();
+    dtr.del(a).unwrap();
+    // Force b out, then leave no room to recompute a and b together.
+    dtr.set_budget_bytes(Some(32));
+    let pin = dtr.apply1(Op::fill(&[4], 0.0), &[]).unwrap();
+    dtr.pin(pin).unwrap();
+    assert!(!dtr.is_resident(b).unwrap());
+    let err = dtr.get_value(b).unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+    dtr.check_invariants().unwrap();
+    // x and the pinned fill hold 32 B; a (locked) and b need 16 B each.
+    dtr.set_budget_bytes(Some(64));
+    assert_eq!(dtr.get_value(b).unwrap(), expected);
+    dtr.check_invariants().unwrap();
+}
+
+#[test]
+fn bad_requests_are_errors() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[1.0, 2.0], &[2]).unwrap();
+    let y = dtr.put(&[1.0, 2.0, 3.0], &[3]).unwrap();
+    let err = dtr.apply1(Op::Binary(BinaryOp::Add), &[x, y]).unwrap_err();
+    assert_eq!(err.to_string(), "add: shapes [2] and [3] do not broadcast");
+    assert!(dtr.put(&[1.0], &[2]).is_err());
+    dtr.del(x).unwrap();
+    assert!(matches!(dtr.get_value(x), Err(Error::UnknownTensor(_))));
+    assert!(matches!(dtr.del(x), Err(Error::UnknownTensor(_))));
+    assert!(matches!(
+        dtr.apply1(Op::Unary(UnaryOp::Neg), &[x]),
+        Err(Error::UnknownTensor(_))
+    ));
+    let idx = dtr.put(&[5.0], &[1]).unwrap();
+    let table = dtr.put(&[0.0; 4], &[2, 2]).unwrap();
+    let err = dtr.apply1(Op::Embedding, &[table, idx]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("embedding index 5 is not an integer in 0..2"),
+        "{err}"
+    );
+    dtr.check_invariants().unwrap();
+    assert!(Interpreter::new(CpuBackend::new(), Config::default().with_heuristic("nope")).is_err());
+}
+
+#[test]
+fn a_million_long_evicted_chain_regenerates_without_recursion() {
+    const LENGTH: usize = 1_000_000;
+    let mut dtr = Interpreter::new(
+        CpuBackend::new(),
+        Config::default().with_heuristic("dtr-local"),
+    )
+    .unwrap();
+    let mut last = dtr.apply1(Op::fill(&[1], 0.0), &[]).unwrap();
+    for _ in 0..LENGTH {
+        let next = add_scalar(&mut dtr, last, 1.0);
+        dtr.del(last).unwrap(); // eager eviction keeps only the newest resident
+        last = next;
+    }
+    assert_eq!(dtr.memory().in_use_bytes, 4);
+    // Push the last one out as well, then read it: the whole chain replays.
+    dtr.set_budget_bytes(Some(8));
+    let filler = dtr.apply1(Op::fill(&[2], 0.0), &[]).unwrap();
+    dtr.del(filler).unwrap();
+    assert!(!dtr.is_resident(last).unwrap());
+    assert_eq!(dtr.get_value(last).unwrap(), vec![LENGTH as f32]);
+    assert_eq!(dtr.stats().rematerializations, LENGTH as u64 + 1);
+    assert!(dtr.memory().peak_bytes <= 12);
+}
