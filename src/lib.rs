@@ -26,3 +26,8 @@ pub use error::{Error, Result};
 pub use graph::TensorId;
 pub use interp::{Event, Interpreter, MemoryReport, Stats};
 pub use ops::{BinaryOp, Op, ReduceOp, ScalarOp, UnaryOp, Window2d};
+
+// The README's Rust snippets compile and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

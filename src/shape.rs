@@ -190,8 +190,8 @@ mod tests {
     #[test]
     fn transposed_iteration_follows_strides() {
         let l = Layout {
-            dims: [3, 2].into(),
-            strides: [1, 3].into(),
+            dims: Dims::from_slice(&[3, 2]),
+            strides: Strides::from_slice(&[1, 3]),
             offset: 0,
         };
         assert!(!l.is_contiguous());

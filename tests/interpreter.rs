@@ -341,3 +341,40 @@ fn a_million_long_evicted_chain_regenerates_without_recursion() {
     assert_eq!(dtr.stats().rematerializations, LENGTH as u64 + 1);
     assert!(dtr.memory().peak_bytes <= 12);
 }
+
+#[test]
+fn detach_cuts_history_so_training_loops_do_not_grow() {
+    let mut dtr = interpreter(Config::default().with_budget_bytes(256));
+    let mut w = dtr.put(&[1.0, 2.0, 3.0, 4.0], &[4]).unwrap();
+    let mut tracked = None;
+    for _ in 0..50 {
+        let g = dtr.apply1(Op::Unary(UnaryOp::Tanh), &[w]).unwrap();
+        let step = dtr
+            .apply1(
+                Op::Scalar {
+                    op: ScalarOp::Mul,
+                    value: 0.1,
+                },
+                &[g],
+            )
+            .unwrap();
+        let next = dtr.apply1(Op::Binary(BinaryOp::Sub), &[w, step]).unwrap();
+        dtr.detach(next).unwrap();
+        for t in [g, step, w] {
+            dtr.del(t).unwrap();
+        }
+        w = next;
+        // After the first step the tables hold exactly one tensor: the parameter.
+        assert_eq!(
+            *tracked.get_or_insert(dtr.tracked_tensors()),
+            dtr.tracked_tensors()
+        );
+        dtr.check_invariants().unwrap();
+    }
+    assert_eq!(dtr.tracked_tensors(), 1);
+    assert_eq!(dtr.memory().in_use_bytes, 16);
+    let v = dtr
+        .apply1(Op::Transpose { dim0: 0, dim1: 0 }, &[w])
+        .unwrap();
+    assert!(matches!(dtr.detach(v), Err(Error::InvalidArgument(_))));
+}

@@ -8,7 +8,7 @@
 use super::Interpreter;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::graph::{StorageId, TensorId};
+use crate::graph::{NodeId, StorageId, TensorId};
 
 impl<B: Backend> Interpreter<B> {
     /// Drops one user handle to `tensor`.
@@ -45,10 +45,41 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
+    /// Cuts `tensor`'s compute history: its value is materialised and it
+    /// becomes a root like a put, never evicted or recomputed again. History
+    /// that nothing else needs is freed. This is how a training loop keeps
+    /// updated parameters without keeping every past step alive.
+    pub fn detach(&mut self, tensor: TensorId) -> Result<()> {
+        self.ensure_defined(tensor)?;
+        let info = &self.graph.tensors[tensor];
+        let storage = info.storage;
+        let Some((node, k)) = info.producer else {
+            return Ok(());
+        };
+        if self.graph.storages[storage].tensors[0] != tensor {
+            return Err(Error::InvalidArgument(format!(
+                "detach: {tensor:?} is a view of another tensor's storage; detach a contiguous copy"
+            )));
+        }
+        self.graph.tensors[tensor].producer = None;
+        let info = &mut self.graph.storages[storage];
+        info.recomputable = false;
+        self.graph.refresh_storage_cost(storage);
+        self.refresh_candidacy(storage);
+        let mut unneeded = Vec::new();
+        self.release_output(node, k, &mut unneeded);
+        self.free_all(unneeded);
+        Ok(())
+    }
+
     /// Frees `tensor` (no handles, no consumers) and then every input that
-    /// this leaves unneeded, iteratively.
+    /// this leaves unneeded.
     fn free(&mut self, tensor: TensorId) {
-        let mut unneeded = vec![tensor];
+        self.free_all(vec![tensor]);
+    }
+
+    /// Frees the unneeded tensors, iteratively, and the inputs this leaves unneeded.
+    fn free_all(&mut self, mut unneeded: Vec<TensorId>) {
         while let Some(tensor) = unneeded.pop() {
             let info = self
                 .graph
@@ -57,25 +88,31 @@ impl<B: Backend> Interpreter<B> {
                 .expect("freed tensors are tracked");
             debug_assert!(info.user_refs == 0 && info.consumers.is_empty());
             self.detach_from_storage(tensor, info.storage);
-            let Some((node, k)) = info.producer else {
+            if let Some((node, k)) = info.producer {
+                self.release_output(node, k, &mut unneeded);
+            }
+        }
+    }
+
+    /// Marks output `k` of `node` as gone. A node with no outputs left is
+    /// removed, and inputs it leaves without handles or consumers are pushed
+    /// to `unneeded`.
+    fn release_output(&mut self, node: NodeId, k: usize, unneeded: &mut Vec<TensorId>) {
+        self.graph.nodes[node].outputs[k] = None;
+        if self.graph.nodes[node].outputs.iter().any(Option::is_some) {
+            return; // siblings still need the node to be recomputed
+        }
+        let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
+        for input in node_info.inputs {
+            let Some(input_info) = self.graph.tensors.get_mut(input) else {
                 continue;
             };
-            self.graph.nodes[node].outputs[k] = None;
-            if self.graph.nodes[node].outputs.iter().any(Option::is_some) {
-                continue; // siblings still need the node to be recomputed
-            }
-            let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
-            for input in node_info.inputs {
-                let Some(input_info) = self.graph.tensors.get_mut(input) else {
-                    continue;
-                };
-                input_info.consumers.retain(|n| *n != node);
-                if input_info.user_refs == 0
-                    && input_info.consumers.is_empty()
-                    && !unneeded.contains(&input)
-                {
-                    unneeded.push(input);
-                }
+            input_info.consumers.retain(|n| *n != node);
+            if input_info.user_refs == 0
+                && input_info.consumers.is_empty()
+                && !unneeded.contains(&input)
+            {
+                unneeded.push(input);
             }
         }
     }

@@ -547,7 +547,7 @@ mod tests {
         assert_eq!(t.outputs[0].alias_of, Some(0));
         assert_eq!(t.outputs[0].bytes(), 0);
         // Reshape of a non-contiguous view must copy.
-        let r = Op::Reshape { dims: [6].into() }
+        let r = Op::reshape(&[6])
             .signature(&[&t.outputs[0].layout])
             .unwrap();
         assert_eq!(r.outputs[0].alias_of, None);

@@ -17,6 +17,10 @@ impl Heuristic for DtrEq {
         "dtr-eq"
     }
 
+    fn about(&self) -> &'static str {
+        "(own cost + cost of adjacent evicted classes, union-find) / (size * staleness) (h_DTR_eq)"
+    }
+
     fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
         let mut roots: SmallVec<[u32; 8]> = SmallVec::new();
         let mut cost = graph.storages[storage].cost;

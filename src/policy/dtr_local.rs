@@ -10,6 +10,10 @@ impl Heuristic for DtrLocal {
         "dtr-local"
     }
 
+    fn about(&self) -> &'static str {
+        "own recompute cost / (size * staleness) (h_DTR_local)"
+    }
+
     fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
         cost_density(graph.storages[storage].cost, storage, graph)
     }

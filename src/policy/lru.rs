@@ -10,6 +10,10 @@ impl Heuristic for Lru {
         "lru"
     }
 
+    fn about(&self) -> &'static str {
+        "evict the storage accessed longest ago (h_LRU)"
+    }
+
     fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
         graph.storages[storage].last_access as f64
     }

@@ -22,6 +22,9 @@ pub trait Heuristic: Send {
     /// The name the CLI and configuration accept.
     fn name(&self) -> &'static str;
 
+    /// One line on what the score is, for `dtr heuristics`.
+    fn about(&self) -> &'static str;
+
     /// The score of a resident candidate. `f64::INFINITY` means "only if nothing else".
     fn score(&self, storage: StorageId, graph: &Graph) -> f64;
 
@@ -35,8 +38,10 @@ pub trait Heuristic: Send {
     fn on_free(&mut self, _storage: StorageId, _graph: &Graph) {}
 }
 
+type MakeHeuristic = fn() -> Box<dyn Heuristic>;
+
 /// Every heuristic: its name and how to make it.
-const REGISTRY: &[(&str, fn() -> Box<dyn Heuristic>)] = &[
+const REGISTRY: &[(&str, MakeHeuristic)] = &[
     ("dtr-eq", || Box::new(dtr_eq::DtrEq::default())),
     ("dtr-local", || Box::new(dtr_local::DtrLocal)),
     ("lru", || Box::new(lru::Lru)),

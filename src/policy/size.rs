@@ -10,6 +10,10 @@ impl Heuristic for Size {
         "size"
     }
 
+    fn about(&self) -> &'static str {
+        "evict the largest storage first (h_size)"
+    }
+
     fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
         match graph.storages[storage].bytes {
             0 => f64::INFINITY,

@@ -442,8 +442,8 @@ mod tests {
     fn strided_views_read_correctly() {
         let buffer = vec![1., 2., 3., 4., 5., 6.];
         let t = Layout {
-            dims: [3, 2].into(),
-            strides: [1, 3].into(),
+            dims: [3, 2][..].into(),
+            strides: [1, 3][..].into(),
             offset: 0,
         };
         assert_eq!(

@@ -1,0 +1,285 @@
+//! The core promises, on random programs: values bitwise equal to the
+//! unbounded run, memory never over the budget, nothing left after every
+//! handle is dropped, and out-of-memory recoverable by raising the budget.
+
+use dtr::{
+    BinaryOp, Config, CpuBackend, Error, Interpreter, Op, ReduceOp, ScalarOp, TensorId, UnaryOp,
+};
+use proptest::prelude::*;
+
+const UNARY: [UnaryOp; 8] = [
+    UnaryOp::Neg,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Relu,
+    UnaryOp::Gelu,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+];
+const BINARY: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+
+/// One instruction; tensor operands index the live handles modulo their count.
+#[derive(Debug, Clone)]
+enum Step {
+    Put { rows: usize, seed: u32 },
+    Unary { op: usize, a: usize },
+    Binary { op: usize, a: usize, b: usize },
+    Scalar { a: usize, value: i8 },
+    MatMul { a: usize, b: usize },
+    Transpose { a: usize },
+    SliceRows { a: usize },
+    Concat { a: usize, b: usize },
+    SumKeep { a: usize },
+    Expand { a: usize },
+    Softmax { a: usize },
+    LayerNorm { a: usize },
+    Del { a: usize },
+    Get { a: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let i = || 0usize..64;
+    prop_oneof![
+        1 => (1usize..5, any::<u32>()).prop_map(|(rows, seed)| Step::Put { rows, seed }),
+        3 => (0..UNARY.len(), i()).prop_map(|(op, a)| Step::Unary { op, a }),
+        3 => (0..BINARY.len(), i(), i()).prop_map(|(op, a, b)| Step::Binary { op, a, b }),
+        1 => (i(), any::<i8>()).prop_map(|(a, value)| Step::Scalar { a, value }),
+        1 => (i(), i()).prop_map(|(a, b)| Step::MatMul { a, b }),
+        1 => i().prop_map(|a| Step::Transpose { a }),
+        1 => i().prop_map(|a| Step::SliceRows { a }),
+        1 => (i(), i()).prop_map(|(a, b)| Step::Concat { a, b }),
+        1 => i().prop_map(|a| Step::SumKeep { a }),
+        1 => i().prop_map(|a| Step::Expand { a }),
+        1 => i().prop_map(|a| Step::Softmax { a }),
+        1 => i().prop_map(|a| Step::LayerNorm { a }),
+        2 => i().prop_map(|a| Step::Del { a }),
+        3 => i().prop_map(|a| Step::Get { a }),
+    ]
+}
+
+/// What a run observed: every value read, as bits.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    reads: Vec<Vec<u32>>,
+}
+
+struct Runner {
+    dtr: Interpreter<CpuBackend>,
+    live: Vec<TensorId>,
+    gamma_beta: (TensorId, TensorId),
+    budget: Option<u64>,
+    hit_oom: bool,
+}
+
+impl Runner {
+    fn new(config: Config) -> Runner {
+        let budget = config.budget_bytes;
+        let mut dtr = Interpreter::new(CpuBackend::new(), config.unbounded()).unwrap();
+        let gamma = dtr.put(&[1.0, 0.5, -1.0, 2.0], &[4]).unwrap();
+        let beta = dtr.put(&[0.0, 1.0, 0.25, -0.5], &[4]).unwrap();
+        // The budget applies from here on, so even a tiny one can hold the parameters.
+        let floor = dtr.memory().in_use_bytes;
+        let budget = budget.map(|b| b.max(floor));
+        dtr.set_budget_bytes(budget);
+        Runner {
+            dtr,
+            live: Vec::new(),
+            gamma_beta: (gamma, beta),
+            budget,
+            hit_oom: false,
+        }
+    }
+
+    fn pick(&self, i: usize) -> Option<TensorId> {
+        (!self.live.is_empty()).then(|| self.live[i % self.live.len()])
+    }
+
+    /// Applies `op`; shape errors skip the step (identically in every run).
+    fn apply(&mut self, op: Op, inputs: &[TensorId]) -> Result<(), Error> {
+        match self.with_oom_recovery(|dtr| dtr.apply_op(op.clone(), inputs)) {
+            Ok(outputs) => {
+                self.live.extend(outputs);
+                Ok(())
+            }
+            Err(Error::Shape { .. }) => Ok(()),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Runs `f`; on out-of-memory checks the state, raises the budget just
+    /// enough for that request (so the rest still runs under pressure) and retries.
+    fn with_oom_recovery<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Interpreter<CpuBackend>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        loop {
+            match f(&mut self.dtr) {
+                Err(Error::OutOfMemory {
+                    requested_bytes,
+                    budget_bytes,
+                    in_use_bytes,
+                    ..
+                }) => {
+                    self.dtr
+                        .check_invariants()
+                        .map_err(Error::InvalidArgument)?;
+                    self.check_budget();
+                    self.hit_oom = true;
+                    self.budget = Some(budget_bytes.max(in_use_bytes) + requested_bytes);
+                    self.dtr.set_budget_bytes(self.budget);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn check_budget(&self) {
+        if let Some(budget) = self.budget {
+            let memory = self.dtr.memory();
+            assert!(
+                memory.peak_bytes <= budget,
+                "peak {} B over budget {budget} B",
+                memory.peak_bytes
+            );
+        }
+    }
+
+    fn run(&mut self, program: &[Step]) -> Observed {
+        let mut reads = Vec::new();
+        for step in program {
+            self.step(step, &mut reads).unwrap();
+            self.dtr.check_invariants().unwrap();
+            self.check_budget();
+        }
+        for t in std::mem::take(&mut self.live) {
+            self.dtr.del(t).unwrap();
+        }
+        let (gamma, beta) = self.gamma_beta;
+        self.dtr.del(gamma).unwrap();
+        self.dtr.del(beta).unwrap();
+        assert_eq!(self.dtr.tracked_tensors(), 0, "tensor infos leaked");
+        assert_eq!(self.dtr.tracked_storages(), 0, "storages leaked");
+        assert_eq!(self.dtr.memory().in_use_bytes, 0, "memory leaked");
+        Observed { reads }
+    }
+
+    fn step(&mut self, step: &Step, reads: &mut Vec<Vec<u32>>) -> Result<(), Error> {
+        if let Step::Put { rows, seed } = *step {
+            let data: Vec<f32> = (0..rows * 4)
+                .map(|k| ((seed as usize + 7 * k) % 23) as f32 / 4.0 - 2.5)
+                .collect();
+            let t = self.with_oom_recovery(|dtr| dtr.put(&data, &[rows, 4]))?;
+            self.live.push(t);
+            return Ok(());
+        }
+        let Some(a) = self.pick(match step {
+            Step::Put { .. } => unreachable!(),
+            Step::Unary { a, .. }
+            | Step::Binary { a, .. }
+            | Step::Scalar { a, .. }
+            | Step::MatMul { a, .. }
+            | Step::Transpose { a }
+            | Step::SliceRows { a }
+            | Step::Concat { a, .. }
+            | Step::SumKeep { a }
+            | Step::Expand { a }
+            | Step::Softmax { a }
+            | Step::LayerNorm { a }
+            | Step::Del { a }
+            | Step::Get { a } => *a,
+        }) else {
+            return Ok(());
+        };
+        let other = |b: usize| self.pick(b).unwrap_or(a);
+        match *step {
+            Step::Put { .. } => unreachable!(),
+            Step::Unary { op, .. } => self.apply(Op::Unary(UNARY[op]), &[a]),
+            Step::Binary { op, b, .. } => self.apply(Op::Binary(BINARY[op]), &[a, other(b)]),
+            Step::Scalar { value, .. } => {
+                let op = if value % 2 == 0 {
+                    ScalarOp::Add
+                } else {
+                    ScalarOp::Mul
+                };
+                self.apply(
+                    Op::Scalar {
+                        op,
+                        value: value as f32 / 16.0,
+                    },
+                    &[a],
+                )
+            }
+            Step::MatMul { b, .. } => self.apply(Op::MatMul, &[a, other(b)]),
+            Step::Transpose { .. } => self.apply(Op::Transpose { dim0: 0, dim1: -1 }, &[a]),
+            Step::SliceRows { .. } => {
+                let rows = self.dtr.dims(a)?.first().copied().unwrap_or(0);
+                self.apply(
+                    Op::Slice {
+                        axis: 0,
+                        start: rows / 2,
+                        end: rows,
+                    },
+                    &[a],
+                )
+            }
+            Step::Concat { b, .. } => self.apply(Op::Concat { axis: 0 }, &[a, other(b)]),
+            Step::SumKeep { .. } => self.apply(
+                Op::Reduce {
+                    op: ReduceOp::Sum,
+                    axis: -1,
+                    keepdim: true,
+                },
+                &[a],
+            ),
+            Step::Expand { .. } => {
+                let mut dims = self.dtr.dims(a)?.to_vec();
+                if let Some(last) = dims.last_mut() {
+                    *last = 4;
+                }
+                self.apply(Op::expand(&dims), &[a])
+            }
+            Step::Softmax { .. } => self.apply(Op::Softmax { axis: -1 }, &[a]),
+            Step::LayerNorm { .. } => {
+                let (gamma, beta) = self.gamma_beta;
+                self.apply(Op::LayerNorm { eps: 1e-5 }, &[a, gamma, beta])
+            }
+            Step::Del { .. } => {
+                let position = self
+                    .live
+                    .iter()
+                    .position(|t| *t == a)
+                    .expect("picked from live");
+                self.live.swap_remove(position);
+                self.dtr.del(a)
+            }
+            Step::Get { .. } => {
+                let values = self.with_oom_recovery(|dtr| dtr.get_value(a))?;
+                reads.push(values.into_iter().map(f32::to_bits).collect());
+                Ok(())
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn budgeted_runs_match_the_unbounded_run(
+        program in prop::collection::vec(step(), 1..80),
+        budget_fraction in 0.05f64..1.0,
+        heuristic in prop::sample::select(vec!["dtr-eq", "dtr-local", "lru", "size"]),
+        eager in any::<bool>(),
+    ) {
+        let base = Config::default().with_heuristic(heuristic).with_eager_eviction(eager);
+        let mut unbounded = Runner::new(base.clone());
+        let expected = unbounded.run(&program);
+        let peak = unbounded.dtr.memory().peak_bytes;
+
+        let budget = (peak as f64 * budget_fraction) as u64;
+        let mut bounded = Runner::new(base.with_budget_bytes(budget));
+        let observed = bounded.run(&program);
+        prop_assert_eq!(observed, expected);
+    }
+}
