@@ -12,6 +12,14 @@ pub struct Config {
     pub eager_eviction: bool,
     /// Keep a log of evictions and rematerialisations (see [`crate::Event`]).
     pub record_events: bool,
+    /// Never free a tensor's history, even when nothing can need it again:
+    /// released tensors stay as evicted graph nodes and released puts stay
+    /// resident. This is the DTR authors' simulator's convention, which
+    /// replays of their logs follow to reproduce their numbers.
+    pub retain_history: bool,
+    /// Stop with [`crate::Error::Thrash`] once rematerialisation has cost more
+    /// than this (the authors stop at 1× the unbounded run's compute).
+    pub remat_limit: Option<u64>,
 }
 
 impl Default for Config {
@@ -21,6 +29,8 @@ impl Default for Config {
             heuristic: "dtr-eq".into(),
             eager_eviction: true,
             record_events: false,
+            retain_history: false,
+            remat_limit: None,
         }
     }
 }
@@ -43,6 +53,16 @@ impl Config {
 
     pub fn with_eager_eviction(mut self, eager: bool) -> Config {
         self.eager_eviction = eager;
+        self
+    }
+
+    pub fn with_retained_history(mut self, retain: bool) -> Config {
+        self.retain_history = retain;
+        self
+    }
+
+    pub fn with_remat_limit(mut self, limit: u64) -> Config {
+        self.remat_limit = Some(limit);
         self
     }
 

@@ -7,7 +7,7 @@ use thiserror::Error;
 pub enum Error {
     /// The inputs of an op do not fit its shape rules.
     #[error("{op}: {message}")]
-    Shape { op: &'static str, message: String },
+    Shape { op: String, message: String },
 
     /// A tensor id that the interpreter does not know (never made, or freed).
     #[error("unknown tensor {0}")]
@@ -33,6 +33,11 @@ pub enum Error {
         pinned_bytes: u64,
     },
 
+    /// Rematerialisation cost more than the configured limit; the run was
+    /// stopped there, leaving the interpreter consistent.
+    #[error("thrashing: rematerialisation cost {remat_compute} exceeds the limit of {limit}")]
+    Thrash { remat_compute: u64, limit: u64 },
+
     /// A backend failed to run an op (data-dependent errors such as an index
     /// out of range, or a device error).
     #[error("backend {backend}: {message}")]
@@ -49,7 +54,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub(crate) fn shape(op: &'static str, message: impl Into<String>) -> Error {
+    pub(crate) fn shape(op: String, message: impl Into<String>) -> Error {
         Error::Shape {
             op,
             message: message.into(),

@@ -29,7 +29,10 @@ fn evicted(tensor: TensorId) -> Event {
 }
 
 fn remat(tensor: TensorId, op: &'static str) -> Event {
-    Event::Rematerialize { tensor, op }
+    Event::Rematerialize {
+        tensor,
+        op: op.to_string(),
+    }
 }
 
 /// OneFlow's chain: a 12-byte budget, 4-byte tensors (one f32 each, every op

@@ -39,6 +39,10 @@ pub trait Backend {
     /// Copies host data (row-major, `layout.numel()` values) into a new buffer.
     fn upload(&mut self, data: &[f32], layout: &Layout) -> Result<Self::Buffer>;
 
+    /// A new buffer of `bytes` for a tensor whose values are not known (a
+    /// constant in a data-free trace). Data backends fill it with zeros.
+    fn allocate(&mut self, layout: &Layout, bytes: u64) -> Result<Self::Buffer>;
+
     /// Runs `op` over `inputs`. Returns, in output order, a fresh buffer for
     /// every output that is not a view (`signature.outputs[i].alias_of` is
     /// `None`) and `None` for views, which share their input's buffer.

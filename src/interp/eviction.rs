@@ -4,21 +4,28 @@
 use super::{Event, Interpreter};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::graph::{Residency, StorageId};
+use crate::graph::{NodeId, Residency, StorageId};
 use crate::policy::choose_victim;
+
+/// What an allocation is for, to name it in an out-of-memory error.
+#[derive(Clone, Copy)]
+pub(super) enum RoomFor<'a> {
+    Op(NodeId),
+    Put(&'a [usize]),
+}
 
 impl<B: Backend> Interpreter<B> {
     /// Evicts by the heuristic until `bytes` more fit in the budget.
     /// Fails, evicting nothing, when even evicting every candidate would
     /// not be enough.
-    pub(super) fn make_room(&mut self, bytes: u64, context: impl Fn() -> String) -> Result<()> {
+    pub(super) fn make_room(&mut self, bytes: u64, purpose: RoomFor<'_>) -> Result<()> {
         if self.memory.fits(bytes) {
             return Ok(());
         }
         let in_use = self.memory.in_use_bytes();
         let budget = self.memory.budget_bytes().unwrap_or(u64::MAX);
         if in_use - self.pool.bytes() + bytes > budget {
-            return Err(self.out_of_memory(bytes, context()));
+            return Err(self.out_of_memory(bytes, purpose));
         }
         while !self.memory.fits(bytes) {
             let victim = choose_victim(self.heuristic.as_ref(), &self.pool, &self.graph)
@@ -92,7 +99,11 @@ impl<B: Backend> Interpreter<B> {
         self.refresh_candidacy(storage);
     }
 
-    fn out_of_memory(&self, requested_bytes: u64, context: String) -> Error {
+    fn out_of_memory(&self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
+        let context = match purpose {
+            RoomFor::Op(node) => format!("op `{}`", self.graph.nodes[node].op.name()),
+            RoomFor::Put(dims) => format!("put of shape {dims:?}"),
+        };
         let in_use_bytes = self.memory.in_use_bytes();
         let locked_bytes: u64 = self
             .graph

@@ -4,6 +4,7 @@
 
 use smallvec::{smallvec, SmallVec};
 
+use super::eviction::RoomFor;
 use super::{Event, Interpreter};
 use crate::backend::{Backend, BufferView};
 use crate::error::{Error, Result};
@@ -34,7 +35,9 @@ impl<B: Backend> Interpreter<B> {
                 None => {
                     let frame = stack.pop().expect("stack is not empty");
                     let rematerializing = !(first_run && stack.is_empty());
-                    let result = self.run_node(frame.node, rematerializing);
+                    let result = self
+                        .run_node(frame.node, rematerializing)
+                        .and_then(|()| self.check_thrash());
                     self.unlock_inputs(&frame);
                     if let Err(error) = result {
                         for frame in stack.iter().rev() {
@@ -46,6 +49,19 @@ impl<B: Backend> Interpreter<B> {
             }
         }
         Ok(())
+    }
+
+    fn check_thrash(&self) -> Result<()> {
+        match self.config.remat_limit {
+            Some(limit) if self.stats.remat_compute > limit => {
+                tracing::warn!(target: "dtr::thrash", remat_compute = self.stats.remat_compute, limit, "thrashing");
+                Err(Error::Thrash {
+                    remat_compute: self.stats.remat_compute,
+                    limit,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Marks `node`'s inputs accessed and locks those already defined, so
@@ -106,8 +122,7 @@ impl<B: Backend> Interpreter<B> {
     /// that are missing; outputs still resident (or freed) are dropped.
     fn run_node(&mut self, node_id: NodeId, rematerializing: bool) -> Result<()> {
         let reserve = self.graph.nodes[node_id].signature.output_bytes();
-        let op_name = self.graph.nodes[node_id].op.name();
-        self.make_room(reserve, || format!("op `{op_name}`"))?;
+        self.make_room(reserve, RoomFor::Op(node_id))?;
 
         let node = &self.graph.nodes[node_id];
         let views: SmallVec<[BufferView<'_, B::Buffer>; 4]> = node
@@ -130,6 +145,7 @@ impl<B: Backend> Interpreter<B> {
                 .all(|(r, spec)| r.is_some() == spec.alias_of.is_none());
         if !shapes_match {
             let backend = self.backend.name();
+            let op_name = node.op.name().to_string();
             for buffer in results.into_iter().flatten() {
                 self.backend.release(buffer);
             }
@@ -170,6 +186,7 @@ impl<B: Backend> Interpreter<B> {
         }
 
         if rematerializing {
+            let op_name = self.graph.nodes[node_id].op.name();
             self.stats.remat_compute += cost;
             self.stats.rematerializations += 1;
             if let Some(tensor) = restored {
@@ -177,7 +194,7 @@ impl<B: Backend> Interpreter<B> {
                 if self.config.record_events {
                     self.events.push(Event::Rematerialize {
                         tensor,
-                        op: op_name,
+                        op: op_name.to_string(),
                     });
                 }
             }

@@ -86,8 +86,21 @@ impl<B: Backend> Interpreter<B> {
             )));
         }
         let bytes = layout.numel() as u64 * ELEMENT_BYTES;
-        self.make_room(bytes, || format!("put of shape {dims:?}"))?;
+        self.make_room(bytes, eviction::RoomFor::Put(dims))?;
         let buffer = self.backend.upload(data, &layout)?;
+        Ok(self.insert_put(layout, bytes, buffer))
+    }
+
+    /// A put of `bytes` whose values are unknown (zeros on data backends):
+    /// the constants of a data-free trace.
+    pub fn put_opaque(&mut self, bytes: u64) -> Result<TensorId> {
+        let layout = Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize]);
+        self.make_room(bytes, eviction::RoomFor::Put(&layout.dims))?;
+        let buffer = self.backend.allocate(&layout, bytes)?;
+        Ok(self.insert_put(layout, bytes, buffer))
+    }
+
+    fn insert_put(&mut self, layout: Layout, bytes: u64, buffer: B::Buffer) -> TensorId {
         self.memory.allocate(bytes);
         let storage = self.graph.storages.insert(StorageInfo {
             bytes,
@@ -109,20 +122,43 @@ impl<B: Backend> Interpreter<B> {
             consumers: SmallVec::new(),
         });
         self.graph.storages[storage].tensors.push(tensor);
-        Ok(tensor)
+        tensor
     }
 
     /// Applies `op` to `inputs` and returns its outputs, one handle each.
     /// Evicted inputs are rematerialised first; room for the outputs is made
     /// by evicting. On error nothing changes but the eviction state.
     pub fn apply_op(&mut self, op: Op, inputs: &[TensorId]) -> Result<SmallVec<[TensorId; 2]>> {
-        let signature = {
+        self.apply_op_costed(op, inputs, None)
+    }
+
+    /// [`Interpreter::apply_op`] with the op's cost given (a measured time,
+    /// say) instead of estimated. The cost is what rematerialising it costs.
+    pub fn apply_op_with_cost(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        cost: u64,
+    ) -> Result<SmallVec<[TensorId; 2]>> {
+        self.apply_op_costed(op, inputs, Some(cost))
+    }
+
+    fn apply_op_costed(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        cost: Option<u64>,
+    ) -> Result<SmallVec<[TensorId; 2]>> {
+        let mut signature = {
             let mut layouts: SmallVec<[&Layout; 4]> = SmallVec::new();
             for &t in inputs {
                 layouts.push(&self.live_tensor(t)?.layout);
             }
             op.signature(&layouts)?
         };
+        if let Some(cost) = cost {
+            signature.cost = cost;
+        }
         let node = self.insert_node(op, inputs, signature);
         if let Err(error) = self.materialize(node, true) {
             self.remove_failed_node(node);
@@ -145,7 +181,7 @@ impl<B: Backend> Interpreter<B> {
 
     /// [`Interpreter::apply_op`] for an op with exactly one output.
     pub fn apply1(&mut self, op: Op, inputs: &[TensorId]) -> Result<TensorId> {
-        let name = op.name();
+        let name = op.name().to_string();
         let outputs = self.apply_op(op, inputs)?;
         match outputs.as_slice() {
             [one] => Ok(*one),
@@ -403,7 +439,7 @@ impl<B: Backend> Interpreter<B> {
             }
         }
         for (id, t) in &graph.tensors {
-            if t.user_refs == 0 && t.consumers.is_empty() {
+            if t.user_refs == 0 && t.consumers.is_empty() && !self.config.retain_history {
                 return Err(format!("{id:?} is unneeded but not freed"));
             }
             for &node in &t.consumers {

@@ -25,7 +25,7 @@ impl<B: Backend> Interpreter<B> {
             return Ok(());
         }
         let (unneeded, storage) = (info.consumers.is_empty(), info.storage);
-        if unneeded {
+        if unneeded && !self.config.retain_history {
             self.free(tensor);
         } else if self.config.eager_eviction {
             self.evict_if_unreferenced(storage);

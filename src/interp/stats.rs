@@ -42,5 +42,5 @@ pub enum Event {
         eager: bool,
     },
     /// An op was run again to recompute `tensor` (the first output it restored).
-    Rematerialize { tensor: TensorId, op: &'static str },
+    Rematerialize { tensor: TensorId, op: String },
 }

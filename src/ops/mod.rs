@@ -11,6 +11,8 @@ mod signature;
 
 pub use signature::{OutputSpec, Signature, ELEMENT_BYTES};
 
+use smallvec::SmallVec;
+
 use crate::shape::Dims;
 
 /// Elementwise functions of one tensor.
@@ -206,6 +208,26 @@ pub enum Op {
     CrossEntropy,
     /// `(grad_loss [], logits, targets)` → grad of the logits.
     CrossEntropyBackward,
+    /// An op known only by what a trace recorded of it: any inputs, the given
+    /// cost and output sizes. Only data-free backends (the simulator) run it.
+    Recorded(RecordedOp),
+}
+
+/// What a trace records of an op dtr may have no kernel for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedOp {
+    pub name: String,
+    pub cost: u64,
+    pub outputs: SmallVec<[RecordedOutput; 2]>,
+}
+
+/// One output of a [`RecordedOp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedOutput {
+    /// Bytes allocated (0 for a view).
+    pub bytes: u64,
+    /// `Some(i)`: a view of input `i`'s storage.
+    pub alias_of: Option<usize>,
 }
 
 impl Op {
@@ -228,7 +250,7 @@ impl Op {
     }
 
     /// A stable, lower-case name (used in traces and logs).
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             Op::Fill { .. } => "fill",
             Op::Unary(u) => u.name(),
@@ -285,6 +307,7 @@ impl Op {
             Op::EmbeddingBackward { .. } => "embedding_backward",
             Op::CrossEntropy => "cross_entropy",
             Op::CrossEntropyBackward => "cross_entropy_backward",
+            Op::Recorded(recorded) => &recorded.name,
         }
     }
 }

@@ -17,13 +17,18 @@ pub struct OutputSpec {
     pub layout: Layout,
     /// `Some(i)`: a view of input `i`'s storage (size 0, no allocation).
     pub alias_of: Option<usize>,
+    /// Bytes this output allocates (0 for views).
+    pub bytes: u64,
 }
 
 impl OutputSpec {
     fn fresh(dims: &[usize]) -> OutputSpec {
+        let layout = Layout::contiguous(dims);
+        let bytes = layout.numel() as u64 * ELEMENT_BYTES;
         OutputSpec {
-            layout: Layout::contiguous(dims),
+            layout,
             alias_of: None,
+            bytes,
         }
     }
 
@@ -31,15 +36,13 @@ impl OutputSpec {
         OutputSpec {
             layout,
             alias_of: Some(input),
+            bytes: 0,
         }
     }
 
     /// Bytes this output allocates (0 for views).
     pub fn bytes(&self) -> u64 {
-        match self.alias_of {
-            Some(_) => 0,
-            None => self.layout.numel() as u64 * ELEMENT_BYTES,
-        }
+        self.bytes
     }
 }
 
@@ -97,19 +100,21 @@ impl Op {
             | Op::CrossEntropy => 2,
             Op::LayerNorm { .. } | Op::CrossEntropyBackward => 3,
             Op::LayerNormBackward => 5,
-            Op::Concat { .. } => return None,
+            Op::Concat { .. } | Op::Recorded(_) => return None,
         })
     }
 
     /// Checks the inputs' layouts and describes the outputs.
     pub fn signature(&self, inputs: &[&Layout]) -> Result<Signature> {
         let name = self.name();
-        let fail = |message: String| Error::shape(name, message);
+        let fail = |message: String| Error::shape(name.to_string(), message);
         match self.arity() {
             Some(n) if n != inputs.len() => {
                 return Err(fail(format!("takes {n} inputs, got {}", inputs.len())))
             }
-            None if inputs.is_empty() => return Err(fail("needs at least one input".into())),
+            None if inputs.is_empty() && matches!(self, Op::Concat { .. }) => {
+                return Err(fail("needs at least one input".into()))
+            }
             _ => {}
         }
         let dims = |i: usize| -> &[usize] { &inputs[i].dims };
@@ -428,6 +433,32 @@ impl Op {
                     OutputSpec::fresh(&[]),
                     4 * inputs[0].numel(),
                 ))
+            }
+            Op::Recorded(recorded) => {
+                let mut outputs = SmallVec::new();
+                for (k, output) in recorded.outputs.iter().enumerate() {
+                    outputs.push(match output.alias_of {
+                        Some(i) if i >= inputs.len() => {
+                            return Err(fail(format!(
+                                "output {k} aliases input {i}, but there are {} inputs",
+                                inputs.len()
+                            )))
+                        }
+                        Some(i) => OutputSpec::view(inputs[i].clone(), i),
+                        // Data-free: the layout only has to describe `bytes`.
+                        None => OutputSpec {
+                            layout: Layout::contiguous(&[
+                                output.bytes.div_ceil(ELEMENT_BYTES) as usize
+                            ]),
+                            alias_of: None,
+                            bytes: output.bytes,
+                        },
+                    });
+                }
+                Ok(Signature {
+                    outputs,
+                    cost: recorded.cost,
+                })
             }
             Op::CrossEntropyBackward => {
                 if !dims(0).is_empty() {

@@ -42,6 +42,10 @@ impl Backend for CpuBackend {
         Ok(data.to_vec())
     }
 
+    fn allocate(&mut self, layout: &Layout, _bytes: u64) -> Result<Vec<f32>> {
+        Ok(vec![0.0; layout.numel()])
+    }
+
     fn execute(
         &mut self,
         op: &Op,
@@ -52,6 +56,13 @@ impl Backend for CpuBackend {
         let input = |i: usize| packed(inputs[i]);
         let one = |v: Vec<f32>| Ok(smallvec![Some(v)]);
         match op {
+            Op::Recorded(recorded) => Err(Error::backend(
+                "cpu",
+                format!(
+                    "`{}` was recorded without a kernel; replay it on the simulator backend",
+                    recorded.name
+                ),
+            )),
             Op::Transpose { .. } | Op::Slice { .. } | Op::Expand { .. } => Ok(smallvec![None]),
             Op::Reshape { .. } if signature.outputs[0].alias_of.is_some() => Ok(smallvec![None]),
             Op::Reshape { .. } | Op::Contiguous => one(input(0).into_owned()),
