@@ -46,6 +46,10 @@ pub enum Error {
         message: String,
     },
 
+    /// A trace that cannot be read or replayed: `file:line: what is wrong`.
+    #[error("{0}")]
+    Trace(String),
+
     /// A policy name that is not in the registry.
     #[error("unknown heuristic `{name}`; known: {known}")]
     UnknownHeuristic { name: String, known: String },

@@ -18,8 +18,10 @@ pub mod memory;
 pub mod ops;
 pub mod policy;
 pub mod shape;
+pub mod trace;
 
 pub use backend::cpu::CpuBackend;
+pub use backend::simulator::SimulatorBackend;
 pub use backend::{Backend, BufferView};
 pub use config::Config;
 pub use error::{Error, Result};

@@ -1,8 +1,14 @@
-//! The `dtr` command line. Trace replay and sweeps build on this.
+//! The `dtr` command line: replay traces under a budget, inspect them, list
+//! the heuristics. Its flags and JSON output are stable: scripts call it.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use dtr::trace::replay::{baseline, replay, Baseline, Kernels, ReplayReport};
+use dtr::trace::{self, TraceFormat};
+use dtr::{Config, Interpreter, SimulatorBackend};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(
@@ -15,10 +21,149 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    Auto,
+    Dtr,
+    Simrd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MemoryArg {
+    Counter,
+    Arena,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SamplingArg {
+    All,
+    Sqrt,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Replay a trace under a memory budget on the data-free simulator.
+    Replay {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value = "auto")]
+        format: FormatArg,
+        /// Budget as a fraction of the unbounded run's peak (floored to bytes).
+        #[arg(long, conflicts_with = "budget", required_unless_present = "budget")]
+        ratio: Option<f64>,
+        /// Budget in bytes; accepts KiB, MiB, GiB, KB, MB, GB suffixes.
+        #[arg(long, value_parser = parse_bytes)]
+        budget: Option<u64>,
+        #[arg(long, default_value = "dtr")]
+        heuristic: String,
+        #[arg(long, value_enum, default_value = "counter")]
+        memory: MemoryArg,
+        #[arg(long, value_enum, default_value = "all")]
+        sampling: SamplingArg,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Stop once total compute would pass this multiple of the unbounded run's.
+        #[arg(long, default_value_t = 2.0)]
+        thrash_limit: f64,
+        /// Print one JSON object instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe a trace: ops, tensors, constants, baseline peak and compute.
+    Info {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value = "auto")]
+        format: FormatArg,
+        #[arg(long)]
+        json: bool,
+    },
     /// List the eviction heuristics and what each one scores.
     Heuristics,
+}
+
+/// Parses `1234`, `64MiB`, `1.5GB`, … into bytes.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1000,
+        "MB" => 1000_000,
+        "GB" => 1000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` (use B, KB, MB, GB, KiB, MiB or GiB)"
+            ))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a byte count"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("`{text}` is not a byte count"));
+    }
+    Ok((value * scale as f64).floor() as u64)
+}
+
+fn load(path: &PathBuf, format: FormatArg) -> dtr::Result<(trace::Trace, TraceFormat)> {
+    let format = match format {
+        FormatArg::Auto => None,
+        FormatArg::Dtr => Some(TraceFormat::Native),
+        FormatArg::Simrd => Some(TraceFormat::Simrd),
+    };
+    trace::load(path, format)
+}
+
+struct ReplayArgs {
+    ratio: Option<f64>,
+    budget: Option<u64>,
+    heuristic: String,
+    thrash_limit: f64,
+}
+
+fn run_replay(
+    path: &PathBuf,
+    format: FormatArg,
+    args: &ReplayArgs,
+) -> dtr::Result<(Baseline, u64, ReplayReport)> {
+    let (trace, format) = load(path, format)?;
+    let base = baseline(&trace);
+    let budget = match (args.ratio, args.budget) {
+        (Some(ratio), _) if ratio.is_finite() && ratio > 0.0 => {
+            (ratio * base.peak_bytes as f64).floor() as u64
+        }
+        (Some(ratio), _) => {
+            return Err(dtr::Error::InvalidArgument(format!(
+                "--ratio must be positive, got {ratio}"
+            )))
+        }
+        (None, Some(bytes)) => bytes,
+        (None, None) => {
+            return Err(dtr::Error::InvalidArgument(
+                "give --ratio or --budget".into(),
+            ))
+        }
+    };
+    if !(args.thrash_limit >= 1.0) {
+        return Err(dtr::Error::InvalidArgument(format!(
+            "--thrash-limit must be at least 1, got {}",
+            args.thrash_limit
+        )));
+    }
+    let config = Config::default()
+        .with_budget_bytes(budget)
+        .with_heuristic(args.heuristic.clone())
+        // The authors' logs follow their simulator's conventions (see README).
+        .with_retained_history(format == TraceFormat::Simrd)
+        .with_remat_limit(((args.thrash_limit - 1.0) * base.compute as f64).floor() as u64);
+    let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
+    let report = replay(&trace, &mut interpreter, Kernels::Recorded)?;
+    Ok((base, budget, report))
 }
 
 fn main() -> ExitCode {
@@ -26,7 +171,127 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match run(Cli::parse().command) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> dtr::Result<ExitCode> {
+    match command {
+        Command::Replay {
+            trace,
+            format,
+            ratio,
+            budget,
+            heuristic,
+            memory,
+            sampling,
+            seed: _,
+            thrash_limit,
+            json,
+        } => {
+            if memory == MemoryArg::Arena {
+                return Err(dtr::Error::InvalidArgument(
+                    "--memory arena is not built yet (it comes with the arena allocator); use counter".into(),
+                ));
+            }
+            if sampling == SamplingArg::Sqrt {
+                return Err(dtr::Error::InvalidArgument(
+                    "--sampling sqrt is not built yet (it comes with the policy family); use all"
+                        .into(),
+                ));
+            }
+            let args = ReplayArgs {
+                ratio,
+                budget,
+                heuristic: heuristic.clone(),
+                thrash_limit,
+            };
+            let (base, budget, report) = run_replay(&trace, format, &args)?;
+            let overhead = report.stats.compute as f64 / base.compute.max(1) as f64;
+            if json {
+                let object = json!({
+                    "trace": trace.display().to_string(),
+                    "status": report.status.as_str(),
+                    "heuristic": heuristic,
+                    "memory": "counter",
+                    "sampling": "all",
+                    "budget_bytes": budget,
+                    "baseline_peak_bytes": base.peak_bytes,
+                    "baseline_compute": base.compute,
+                    "compute": report.stats.compute,
+                    "overhead": overhead,
+                    "remat_compute": report.stats.remat_compute,
+                    "peak_bytes": report.peak_bytes,
+                    "evictions": report.stats.evictions,
+                    "rematerializations": report.stats.rematerializations,
+                    "wall_seconds": report.wall_seconds,
+                    "message": report.message,
+                });
+                println!("{object}");
+            } else {
+                println!(
+                    "{}: {} with `{heuristic}`",
+                    trace.display(),
+                    report.status.as_str()
+                );
+                println!(
+                    "  budget          {budget} B ({:.3} of the {} B baseline peak)",
+                    budget as f64 / base.peak_bytes.max(1) as f64,
+                    base.peak_bytes
+                );
+                println!("  peak            {} B", report.peak_bytes);
+                println!(
+                    "  overhead        {overhead:.4} ({} of {} compute units recomputed)",
+                    report.stats.remat_compute, base.compute
+                );
+                println!("  evictions       {}", report.stats.evictions);
+                println!("  remats          {}", report.stats.rematerializations);
+                println!("  wall time       {:.3} s", report.wall_seconds);
+                if let Some(message) = &report.message {
+                    println!("  stopped         {message}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Info {
+            trace,
+            format,
+            json,
+        } => {
+            let (loaded, format) = load(&trace, format)?;
+            let base = baseline(&loaded);
+            let format = match format {
+                TraceFormat::Native => "dtr",
+                TraceFormat::Simrd => "simrd",
+            };
+            if json {
+                let object = json!({
+                    "trace": trace.display().to_string(),
+                    "format": format,
+                    "ops": base.ops,
+                    "tensors": base.tensors,
+                    "constant_bytes": base.constant_bytes,
+                    "baseline_peak_bytes": base.peak_bytes,
+                    "baseline_compute": base.compute,
+                    "lower_bound_bytes": base.lower_bound_bytes,
+                });
+                println!("{object}");
+            } else {
+                println!("{} ({format} format)", trace.display());
+                println!("  ops                 {}", base.ops);
+                println!("  tensors             {}", base.tensors);
+                println!("  constant bytes      {}", base.constant_bytes);
+                println!("  baseline peak       {} B", base.peak_bytes);
+                println!("  baseline compute    {}", base.compute);
+                println!("  lower bound budget  {} B (live constants + the largest op's inputs and outputs)", base.lower_bound_bytes);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Heuristics => {
             for name in dtr::policy::heuristic_names() {
                 let about = dtr::policy::heuristic_by_name(name)
@@ -34,7 +299,7 @@ fn main() -> ExitCode {
                     .unwrap_or_default();
                 println!("{name:<10} {about}");
             }
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

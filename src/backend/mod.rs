@@ -5,6 +5,7 @@
 //! Dropping (or [`Backend::release`]-ing) a buffer frees its memory.
 
 pub mod cpu;
+pub mod simulator;
 
 use smallvec::SmallVec;
 

@@ -28,7 +28,7 @@ impl<B: Backend> Interpreter<B> {
             return Err(self.out_of_memory(bytes, purpose));
         }
         while !self.memory.fits(bytes) {
-            let victim = choose_victim(self.heuristic.as_ref(), &self.pool, &self.graph)
+            let victim = choose_victim(self.heuristic.as_mut(), &self.pool, &self.graph)
                 .expect("the candidates' bytes cover the request");
             self.evict(victim, false);
         }

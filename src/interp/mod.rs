@@ -8,9 +8,11 @@
 
 mod eviction;
 mod materialize;
+mod observer;
 mod release;
 mod stats;
 
+pub use observer::{ProgramObserver, TensorInstruction};
 pub use stats::{Event, Stats};
 
 use slotmap::SecondaryMap;
@@ -49,6 +51,7 @@ pub struct Interpreter<B: Backend> {
     config: Config,
     stats: Stats,
     events: Vec<Event>,
+    observer: Option<Box<dyn ProgramObserver>>,
 }
 
 /// Bytes in use, their high-water mark and the budget.
@@ -71,6 +74,7 @@ impl<B: Backend> Interpreter<B> {
             config,
             stats: Stats::default(),
             events: Vec::new(),
+            observer: None,
         })
     }
 
@@ -88,7 +92,11 @@ impl<B: Backend> Interpreter<B> {
         let bytes = layout.numel() as u64 * ELEMENT_BYTES;
         self.make_room(bytes, eviction::RoomFor::Put(dims))?;
         let buffer = self.backend.upload(data, &layout)?;
-        Ok(self.insert_put(layout, bytes, buffer))
+        let tensor = self.insert_put(layout, bytes, buffer);
+        if let Some(observer) = &mut self.observer {
+            observer.put(tensor, bytes, dims, Some(data));
+        }
+        Ok(tensor)
     }
 
     /// A put of `bytes` whose values are unknown (zeros on data backends):
@@ -97,7 +105,11 @@ impl<B: Backend> Interpreter<B> {
         let layout = Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize]);
         self.make_room(bytes, eviction::RoomFor::Put(&layout.dims))?;
         let buffer = self.backend.allocate(&layout, bytes)?;
-        Ok(self.insert_put(layout, bytes, buffer))
+        let tensor = self.insert_put(layout, bytes, buffer);
+        if let Some(observer) = &mut self.observer {
+            observer.put(tensor, bytes, &[], None);
+        }
+        Ok(tensor)
     }
 
     fn insert_put(&mut self, layout: Layout, bytes: u64, buffer: B::Buffer) -> TensorId {
@@ -176,6 +188,10 @@ impl<B: Backend> Interpreter<B> {
         }
         self.stats.ops += 1;
         self.stats.baseline_compute += self.graph.nodes[node].cost();
+        if let Some(observer) = &mut self.observer {
+            let node = &self.graph.nodes[node];
+            observer.apply(&node.op, inputs, &outputs, &node.signature);
+        }
         Ok(outputs)
     }
 
@@ -212,6 +228,7 @@ impl<B: Backend> Interpreter<B> {
         };
         let result = self.backend.read(view);
         self.unpin_storage(storage);
+        self.observe(TensorInstruction::Get, tensor);
         result
     }
 
@@ -219,6 +236,7 @@ impl<B: Backend> Interpreter<B> {
     pub fn retain(&mut self, tensor: TensorId) -> Result<()> {
         self.live_tensor(tensor)?;
         self.graph.tensors[tensor].user_refs += 1;
+        self.observe(TensorInstruction::Retain, tensor);
         Ok(())
     }
 
@@ -226,6 +244,7 @@ impl<B: Backend> Interpreter<B> {
     pub fn pin(&mut self, tensor: TensorId) -> Result<()> {
         self.ensure_defined(tensor)?;
         self.pin_storage(self.graph.tensors[tensor].storage);
+        self.observe(TensorInstruction::Pin, tensor);
         Ok(())
     }
 
@@ -238,6 +257,7 @@ impl<B: Backend> Interpreter<B> {
             )));
         }
         self.unpin_storage(storage);
+        self.observe(TensorInstruction::Unpin, tensor);
         Ok(())
     }
 
@@ -295,6 +315,26 @@ impl<B: Backend> Interpreter<B> {
 
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// Starts passing every instruction of the program to `observer`
+    /// (a [`crate::trace::recorder::TraceRecorder`], say).
+    pub fn set_observer(&mut self, observer: Box<dyn ProgramObserver>) {
+        self.observer = Some(observer);
+    }
+
+    /// Stops observing: the observer flushes and reports its errors.
+    pub fn finish_observer(&mut self) -> std::io::Result<()> {
+        match self.observer.take() {
+            Some(mut observer) => observer.finish(),
+            None => Ok(()),
+        }
+    }
+
+    fn observe(&mut self, instruction: TensorInstruction, tensor: TensorId) {
+        if let Some(observer) = &mut self.observer {
+            observer.instruction(instruction, tensor);
+        }
     }
 
     /// A tensor the user still holds a handle to.

@@ -19,6 +19,7 @@ impl<B: Backend> Interpreter<B> {
                 "del: tensor {tensor:?} is in use by a running op"
             )));
         }
+        self.observe(super::TensorInstruction::Del, tensor);
         let info = &mut self.graph.tensors[tensor];
         info.user_refs -= 1;
         if info.user_refs > 0 {
@@ -69,6 +70,7 @@ impl<B: Backend> Interpreter<B> {
         let mut unneeded = Vec::new();
         self.release_output(node, k, &mut unneeded);
         self.free_all(unneeded);
+        self.observe(super::TensorInstruction::Detach, tensor);
         Ok(())
     }
 

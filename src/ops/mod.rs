@@ -11,12 +11,14 @@ mod signature;
 
 pub use signature::{OutputSpec, Signature, ELEMENT_BYTES};
 
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use crate::shape::Dims;
 
 /// Elementwise functions of one tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum UnaryOp {
     Neg,
     Exp,
@@ -55,7 +57,8 @@ impl UnaryOp {
 }
 
 /// Elementwise functions of two tensors, with NumPy broadcasting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BinaryOp {
     Add,
     Sub,
@@ -75,7 +78,8 @@ impl BinaryOp {
 }
 
 /// Elementwise functions of a tensor and a constant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ScalarOp {
     Add,
     Mul,
@@ -84,7 +88,8 @@ pub enum ScalarOp {
 }
 
 /// Reductions over one axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
     Sum,
     Mean,
@@ -93,7 +98,8 @@ pub enum ReduceOp {
 
 /// 2-D window geometry shared by convolution and pooling: per spatial axis
 /// (height, width) the stride and the zero padding on each side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub struct Window2d {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
@@ -118,7 +124,8 @@ impl Window2d {
 }
 
 /// An operation on tensors, with its attributes. Inputs are listed per variant.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Op {
     /// No inputs; a tensor of `dims` filled with `value`. Recomputable, unlike a put.
     Fill { dims: Dims, value: f32 },
@@ -214,7 +221,7 @@ pub enum Op {
 }
 
 /// What a trace records of an op dtr may have no kernel for.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordedOp {
     pub name: String,
     pub cost: u64,
@@ -222,7 +229,7 @@ pub struct RecordedOp {
 }
 
 /// One output of a [`RecordedOp`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedOutput {
     /// Bytes allocated (0 for a view).
     pub bytes: u64,

@@ -21,7 +21,7 @@ impl Heuristic for DtrEq {
         "(own cost + cost of adjacent evicted classes, union-find) / (size * staleness) (h_DTR_eq)"
     }
 
-    fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
         let mut roots: SmallVec<[u32; 8]> = SmallVec::new();
         let mut cost = graph.storages[storage].cost;
         for neighbour in graph.evicted_neighbours(storage) {

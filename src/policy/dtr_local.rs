@@ -14,7 +14,7 @@ impl Heuristic for DtrLocal {
         "own recompute cost / (size * staleness) (h_DTR_local)"
     }
 
-    fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
         cost_density(graph.storages[storage].cost, storage, graph)
     }
 }

@@ -14,7 +14,7 @@ impl Heuristic for Lru {
         "evict the storage accessed longest ago (h_LRU)"
     }
 
-    fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
         graph.storages[storage].last_access as f64
     }
 }

@@ -5,11 +5,14 @@
 //! classes of evicted storages, say) update it through the `on_*` hooks,
 //! which the interpreter calls after each change of residency.
 
+mod dtr;
 mod dtr_eq;
 mod dtr_local;
 mod eqclass;
 mod lru;
+mod msps;
 mod pool;
+mod region;
 mod size;
 
 pub use pool::CandidatePool;
@@ -25,8 +28,9 @@ pub trait Heuristic: Send {
     /// One line on what the score is, for `dtr heuristics`.
     fn about(&self) -> &'static str;
 
-    /// The score of a resident candidate. `f64::INFINITY` means "only if nothing else".
-    fn score(&self, storage: StorageId, graph: &Graph) -> f64;
+    /// The score of a resident candidate. `f64::INFINITY` means "only if
+    /// nothing else". `&mut` so a heuristic may keep scratch space.
+    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64;
 
     /// `storage` was just evicted (its residency already says so).
     fn on_evict(&mut self, _storage: StorageId, _graph: &Graph) {}
@@ -42,9 +46,11 @@ type MakeHeuristic = fn() -> Box<dyn Heuristic>;
 
 /// Every heuristic: its name and how to make it.
 const REGISTRY: &[(&str, MakeHeuristic)] = &[
+    ("dtr", || Box::new(dtr::Dtr::default())),
     ("dtr-eq", || Box::new(dtr_eq::DtrEq::default())),
     ("dtr-local", || Box::new(dtr_local::DtrLocal)),
     ("lru", || Box::new(lru::Lru)),
+    ("msps", || Box::new(msps::Msps::default())),
     ("size", || Box::new(size::Size)),
 ];
 
@@ -78,7 +84,7 @@ pub(crate) fn cost_density(cost: u64, storage: StorageId, graph: &Graph) -> f64 
 /// The victim among `pool`: the lowest score, the last one on ties, and the
 /// first score of 0 ends the scan (nothing can be lower).
 pub fn choose_victim(
-    heuristic: &dyn Heuristic,
+    heuristic: &mut dyn Heuristic,
     pool: &CandidatePool,
     graph: &Graph,
 ) -> Option<StorageId> {

@@ -14,7 +14,7 @@ impl Heuristic for Size {
         "evict the largest storage first (h_size)"
     }
 
-    fn score(&self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
         match graph.storages[storage].bytes {
             0 => f64::INFINITY,
             bytes => 1.0 / bytes as f64,

@@ -1,0 +1,31 @@
+//! `h_MSPS = (c0(s) + Σ evicted ancestors' c0) / m(s)` (Capuchin): the
+//! memory saved per second of recomputation, without staleness.
+
+use super::region::{Direction, RegionWalker};
+use super::Heuristic;
+use crate::graph::{Graph, StorageId};
+
+#[derive(Default)]
+pub struct Msps {
+    walker: RegionWalker,
+}
+
+impl Heuristic for Msps {
+    fn name(&self) -> &'static str {
+        "msps"
+    }
+
+    fn about(&self) -> &'static str {
+        "(own cost + cost of evicted ancestors) / size, no staleness (h_MSPS, Capuchin)"
+    }
+
+    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+        let bytes = graph.storages[storage].bytes;
+        if bytes == 0 {
+            return f64::INFINITY;
+        }
+        let cost =
+            graph.storages[storage].cost + self.walker.cost(graph, storage, Direction::Ancestors);
+        cost as f64 / bytes as f64
+    }
+}

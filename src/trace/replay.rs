@@ -1,0 +1,267 @@
+//! Running a trace on an interpreter, and the unbounded baseline it is
+//! measured against.
+
+use std::time::Instant;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::graph::TensorId;
+use crate::interp::{Interpreter, Stats};
+use crate::ops::{Op, RecordedOp, RecordedOutput};
+
+use super::{Trace, TraceEvent, TraceTensor};
+
+/// How ops are run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// Only the recorded sizes and costs (for the simulator backend).
+    Recorded,
+    /// Each op's kernel, with its recorded cost (for data backends).
+    Execute,
+}
+
+/// How a replay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayStatus {
+    Ok,
+    /// No eviction could make room: stopped there.
+    OutOfMemory,
+    /// Rematerialisation passed the limit: stopped there.
+    Thrash,
+}
+
+impl ReplayStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplayStatus::Ok => "ok",
+            ReplayStatus::OutOfMemory => "oom",
+            ReplayStatus::Thrash => "thrash",
+        }
+    }
+}
+
+/// What a replay did.
+#[derive(Debug, Clone)]
+pub struct ReplayReport {
+    pub status: ReplayStatus,
+    /// The error that stopped an unfinished replay.
+    pub message: Option<String>,
+    pub stats: Stats,
+    pub peak_bytes: u64,
+    /// Values read by `get` events, in order (empty on the simulator).
+    pub reads: Vec<(TraceTensor, Vec<f32>)>,
+    pub wall_seconds: f64,
+}
+
+/// Runs `trace` on `dtr`. Out-of-memory and thrashing end the replay with a
+/// report saying so; other errors (bad kernels, backend failures) are
+/// returned as `file:line` errors.
+pub fn replay<B: Backend>(
+    trace: &Trace,
+    dtr: &mut Interpreter<B>,
+    kernels: Kernels,
+) -> Result<ReplayReport> {
+    let started = Instant::now();
+    let mut tensors: Vec<Option<TensorId>> = vec![None; trace.tensor_count()];
+    let mut reads = Vec::new();
+    let mut outcome = (ReplayStatus::Ok, None);
+    for (index, event) in trace.events.iter().enumerate() {
+        match step(trace, index, event, dtr, kernels, &mut tensors, &mut reads) {
+            Ok(()) => {}
+            Err(error @ Error::OutOfMemory { .. }) => {
+                outcome = (
+                    ReplayStatus::OutOfMemory,
+                    Some(trace.error_at(index, error).to_string()),
+                );
+                break;
+            }
+            Err(error @ Error::Thrash { .. }) => {
+                outcome = (
+                    ReplayStatus::Thrash,
+                    Some(trace.error_at(index, error).to_string()),
+                );
+                break;
+            }
+            Err(error @ Error::Trace(_)) => return Err(error),
+            Err(error) => return Err(trace.error_at(index, error)),
+        }
+    }
+    Ok(ReplayReport {
+        status: outcome.0,
+        message: outcome.1,
+        stats: dtr.stats().clone(),
+        peak_bytes: dtr.memory().peak_bytes,
+        reads,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn step<B: Backend>(
+    trace: &Trace,
+    index: usize,
+    event: &TraceEvent,
+    dtr: &mut Interpreter<B>,
+    kernels: Kernels,
+    tensors: &mut [Option<TensorId>],
+    reads: &mut Vec<(TraceTensor, Vec<f32>)>,
+) -> Result<()> {
+    // The trace was validated, so every tensor it names exists by now.
+    let id = |t: TraceTensor| tensors[t as usize].expect("validated trace");
+    match event {
+        TraceEvent::Put {
+            tensor,
+            bytes,
+            dims,
+            data,
+        } => {
+            let made = match (kernels, dims, data) {
+                (Kernels::Execute, Some(dims), Some(data)) => dtr.put(data, dims)?,
+                _ => dtr.put_opaque(*bytes)?,
+            };
+            tensors[*tensor as usize] = Some(made);
+        }
+        TraceEvent::Apply {
+            op,
+            kernel,
+            inputs,
+            outputs,
+            cost,
+        } => {
+            let op = match kernels {
+                Kernels::Execute => kernel.clone().ok_or_else(|| {
+                    trace.error_at(
+                        index,
+                        format!("`{op}` has no kernel; replay this trace on the simulator"),
+                    )
+                })?,
+                Kernels::Recorded => Op::Recorded(RecordedOp {
+                    name: op.clone(),
+                    cost: *cost,
+                    outputs: outputs
+                        .iter()
+                        .map(|o| RecordedOutput {
+                            bytes: o.bytes,
+                            alias_of: o.alias_of,
+                        })
+                        .collect(),
+                }),
+            };
+            let inputs: smallvec::SmallVec<[TensorId; 4]> = inputs.iter().map(|&t| id(t)).collect();
+            let made = dtr.apply_op_with_cost(op, &inputs, *cost)?;
+            if made.len() != outputs.len() {
+                return Err(trace.error_at(
+                    index,
+                    format!(
+                        "the op made {} outputs, the trace has {}",
+                        made.len(),
+                        outputs.len()
+                    ),
+                ));
+            }
+            for (output, tensor) in outputs.iter().zip(made) {
+                tensors[output.tensor as usize] = Some(tensor);
+            }
+        }
+        TraceEvent::Retain { tensor } => dtr.retain(id(*tensor))?,
+        TraceEvent::Del { tensor } => dtr.del(id(*tensor))?,
+        TraceEvent::Get { tensor } => reads.push((*tensor, dtr.get_value(id(*tensor))?)),
+        TraceEvent::Pin { tensor } => dtr.pin(id(*tensor))?,
+        TraceEvent::Unpin { tensor } => dtr.unpin(id(*tensor))?,
+        TraceEvent::Detach { tensor } => dtr.detach(id(*tensor))?,
+    }
+    Ok(())
+}
+
+/// The program without DTR: every storage freed when its last reference is
+/// dropped, nothing recomputed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Baseline {
+    /// Peak bytes, puts included.
+    pub peak_bytes: u64,
+    /// Summed cost of every op.
+    pub compute: u64,
+    /// Bytes of all puts.
+    pub constant_bytes: u64,
+    pub ops: usize,
+    pub tensors: usize,
+    /// No schedule can run the program in less: the largest, over ops, of
+    /// the live puts plus the op's inputs and outputs.
+    pub lower_bound_bytes: u64,
+}
+
+/// Analyses `trace` without running it.
+pub fn baseline(trace: &Trace) -> Baseline {
+    let n = trace.tensor_count();
+    // Each tensor's storage, named by the tensor that allocated it.
+    let mut storage_of: Vec<TraceTensor> = (0..n as TraceTensor).collect();
+    let mut storage_refs = vec![0u32; n];
+    let mut is_put = vec![false; n];
+    let (mut in_use, mut live_puts) = (0u64, 0u64);
+    let mut result = Baseline {
+        peak_bytes: 0,
+        compute: 0,
+        constant_bytes: 0,
+        ops: 0,
+        tensors: n,
+        lower_bound_bytes: 0,
+    };
+    for event in &trace.events {
+        match event {
+            TraceEvent::Put { tensor, bytes, .. } => {
+                storage_refs[*tensor as usize] = 1;
+                is_put[*tensor as usize] = true;
+                in_use += bytes;
+                live_puts += bytes;
+                result.constant_bytes += bytes;
+            }
+            TraceEvent::Apply {
+                inputs,
+                outputs,
+                cost,
+                ..
+            } => {
+                result.ops += 1;
+                result.compute += cost;
+                let fresh: u64 = outputs.iter().map(|o| o.bytes).sum();
+                let mut working = fresh;
+                let mut seen: smallvec::SmallVec<[TraceTensor; 8]> = smallvec::SmallVec::new();
+                for &input in inputs {
+                    let storage = storage_of[input as usize];
+                    if !is_put[storage as usize] && !seen.contains(&storage) {
+                        seen.push(storage);
+                        working += trace.storage_bytes[storage as usize];
+                    }
+                }
+                result.lower_bound_bytes = result.lower_bound_bytes.max(live_puts + working);
+                for output in outputs {
+                    let storage = match output.alias_of {
+                        Some(i) => storage_of[inputs[i] as usize],
+                        None => output.tensor,
+                    };
+                    storage_of[output.tensor as usize] = storage;
+                    storage_refs[storage as usize] += 1;
+                }
+                in_use += fresh;
+            }
+            TraceEvent::Retain { tensor } => {
+                storage_refs[storage_of[*tensor as usize] as usize] += 1
+            }
+            TraceEvent::Del { tensor } => {
+                let storage = storage_of[*tensor as usize] as usize;
+                storage_refs[storage] -= 1;
+                if storage_refs[storage] == 0 {
+                    in_use -= trace.storage_bytes[storage];
+                    if is_put[storage] {
+                        live_puts -= trace.storage_bytes[storage];
+                    }
+                }
+            }
+            TraceEvent::Get { .. }
+            | TraceEvent::Pin { .. }
+            | TraceEvent::Unpin { .. }
+            | TraceEvent::Detach { .. } => {}
+        }
+        result.peak_bytes = result.peak_bytes.max(in_use);
+    }
+    result
+}

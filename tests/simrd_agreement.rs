@@ -1,0 +1,141 @@
+//! Agreement with the DTR authors' simulator on their 8 logs.
+//!
+//! Needs `../shared/traces/dtr-prototype` beside the project (or the path in
+//! `DTR_PROTOTYPE_TRACES`); without it each test says it skipped and passes.
+//! For every heuristic and ratio of each `reference/*.txt` (counter memory,
+//! full scan): the same baseline, the same status, and overhead within 1%
+//! (relative) on the cells that completed.
+
+use std::path::{Path, PathBuf};
+
+use dtr::trace::replay::{baseline, replay, Kernels, ReplayStatus};
+use dtr::trace::{simrd, Trace};
+use dtr::{Config, Interpreter, SimulatorBackend};
+
+fn traces_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("DTR_PROTOTYPE_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
+        });
+    dir.join("reference").is_dir().then_some(dir)
+}
+
+/// The authors' heuristic names and ours.
+fn heuristic(reference_name: &str) -> &'static str {
+    match reference_name {
+        "DTR" => "dtr",
+        "DTREqClass" => "dtr-eq",
+        "DTRLocal" => "dtr-local",
+        "MSPS" => "msps",
+        "LRU" => "lru",
+        "LargestStorage" => "size",
+        other => panic!("reference names an unknown heuristic `{other}`"),
+    }
+}
+
+fn status(reference: &str) -> ReplayStatus {
+    match reference {
+        "ok" => ReplayStatus::Ok,
+        "OOM" => ReplayStatus::OutOfMemory,
+        "thrash" => ReplayStatus::Thrash,
+        other => panic!("reference has an unknown status `{other}`"),
+    }
+}
+
+fn check_log(prefix: &str) {
+    let Some(dir) = traces_dir() else {
+        eprintln!("SKIPPED: ../shared/traces/dtr-prototype is not beside the project (set DTR_PROTOTYPE_TRACES)");
+        return;
+    };
+    let log = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with(prefix)
+                && p.extension().is_some_and(|e| e == "log")
+        })
+        .unwrap_or_else(|| panic!("no log starting with {prefix} in {}", dir.display()));
+    let stem = log.file_stem().unwrap().to_string_lossy().to_string();
+    let reference =
+        std::fs::read_to_string(dir.join("reference").join(format!("{stem}.txt"))).unwrap();
+    let trace: Trace = simrd::parse(&stem, &std::fs::read_to_string(&log).unwrap()).unwrap();
+    let base = baseline(&trace);
+
+    let mut lines = reference.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(
+        header["baseline_memory"].as_u64(),
+        Some(base.peak_bytes),
+        "{stem}: baseline peak"
+    );
+    assert_eq!(
+        header["baseline_compute"].as_u64(),
+        Some(base.compute),
+        "{stem}: baseline compute"
+    );
+    assert_eq!(
+        header["const_mem"].as_u64(),
+        Some(base.constant_bytes),
+        "{stem}: constant bytes"
+    );
+
+    let mut mismatches = Vec::new();
+    let mut cells = 0;
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let mut fields = line.split_whitespace();
+        let name = heuristic(fields.next().unwrap());
+        for cell in fields {
+            let parts: Vec<&str> = cell.split(':').collect();
+            let (ratio, expected_status, expected_overhead): (f64, _, f64) = (
+                parts[0].parse().unwrap(),
+                status(parts[1]),
+                parts[2].parse().unwrap(),
+            );
+            let budget = (ratio * base.peak_bytes as f64).floor() as u64;
+            let config = Config::default()
+                .with_budget_bytes(budget)
+                .with_heuristic(name)
+                .with_retained_history(true)
+                .with_remat_limit(base.compute);
+            let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+            let report = replay(&trace, &mut dtr, Kernels::Recorded).unwrap();
+            let overhead = report.stats.compute as f64 / base.compute as f64;
+            cells += 1;
+            let agrees = report.status == expected_status
+                && (expected_status != ReplayStatus::Ok
+                    || (overhead - expected_overhead).abs() <= 0.01 * expected_overhead);
+            if !agrees {
+                mismatches.push(format!(
+                    "{name} at {ratio}: ours {}:{overhead:.3}, reference {}:{expected_overhead:.3}",
+                    report.status.as_str(),
+                    parts[1]
+                ));
+            }
+        }
+    }
+    assert!(cells > 0, "{stem}: the reference has no cells");
+    assert!(
+        mismatches.is_empty(),
+        "{stem}: {} of {cells} cells differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
+
+macro_rules! agreement_tests {
+    ($($name:ident => $prefix:literal),* $(,)?) => {
+        $(#[test] fn $name() { check_log($prefix); })*
+    };
+}
+
+agreement_tests! {
+    densenet121 => "tv_densenet121",
+    inceptionv4 => "inceptionv4",
+    lstm => "lstm",
+    resnet32 => "resnet32",
+    transformer => "transformer",
+    treelstm => "treelstm",
+    unet => "unet",
+    unroll_gan => "unroll_gan",
+}
