@@ -141,7 +141,7 @@ impl Graph {
             if let Some((node, _)) = self.tensors[t].producer {
                 if !seen.contains(&node) {
                     seen.push(node);
-                    cost += self.nodes[node].cost();
+                    cost = u64::saturating_add(cost, self.nodes[node].cost());
                 }
             }
         }

@@ -35,11 +35,11 @@ impl MemoryCounter {
     /// Whether `bytes` more would stay within the budget.
     pub fn fits(&self, bytes: u64) -> bool {
         self.budget_bytes
-            .is_none_or(|budget| self.in_use_bytes + bytes <= budget)
+            .is_none_or(|budget| self.in_use_bytes.saturating_add(bytes) <= budget)
     }
 
     pub fn allocate(&mut self, bytes: u64) {
-        self.in_use_bytes += bytes;
+        self.in_use_bytes = self.in_use_bytes.saturating_add(bytes);
         self.peak_bytes = self.peak_bytes.max(self.in_use_bytes);
     }
 

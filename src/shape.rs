@@ -114,6 +114,14 @@ impl fmt::Debug for Layout {
     }
 }
 
+/// The element count of `dims`, or `None` if it (or its size in f32 bytes)
+/// overflows. Dims from outside (traces, op attributes) go through this.
+pub fn checked_numel(dims: &[usize]) -> Option<usize> {
+    let numel = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    numel.checked_mul(4)?;
+    Some(numel)
+}
+
 /// Resolves a possibly negative axis (`-1` is the last) against `rank`.
 pub fn resolve_axis(axis: isize, rank: usize) -> Option<usize> {
     let resolved = if axis < 0 { axis + rank as isize } else { axis };

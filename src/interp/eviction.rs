@@ -24,7 +24,7 @@ impl<B: Backend> Interpreter<B> {
         }
         let in_use = self.memory.in_use_bytes();
         let budget = self.memory.budget_bytes().unwrap_or(u64::MAX);
-        if in_use - self.pool.bytes() + bytes > budget {
+        if (in_use - self.pool.bytes()).saturating_add(bytes) > budget {
             return Err(self.out_of_memory(bytes, purpose));
         }
         while !self.memory.fits(bytes) {

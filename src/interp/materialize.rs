@@ -156,8 +156,8 @@ impl<B: Backend> Interpreter<B> {
         }
 
         let cost = node.cost();
-        self.graph.clock += cost;
-        self.stats.compute += cost;
+        self.graph.clock = self.graph.clock.saturating_add(cost);
+        self.stats.compute = self.stats.compute.saturating_add(cost);
         self.memory.allocate(reserve);
         let mut restored = None;
         for (k, buffer) in results.into_iter().enumerate() {
@@ -187,7 +187,7 @@ impl<B: Backend> Interpreter<B> {
 
         if rematerializing {
             let op_name = self.graph.nodes[node_id].op.name();
-            self.stats.remat_compute += cost;
+            self.stats.remat_compute = self.stats.remat_compute.saturating_add(cost);
             self.stats.rematerializations += 1;
             if let Some(tensor) = restored {
                 tracing::debug!(target: "dtr::remat", op = op_name, ?tensor, cost, clock = self.graph.clock, "rematerialized");

@@ -81,14 +81,13 @@ impl<B: Backend> Interpreter<B> {
     /// Uploads host data as a new tensor. Puts have no compute path, so they
     /// are never evicted; they are freed when no one can need them.
     pub fn put(&mut self, data: &[f32], dims: &[usize]) -> Result<TensorId> {
-        let layout = Layout::contiguous(dims);
-        if data.len() != layout.numel() {
+        if crate::shape::checked_numel(dims) != Some(data.len()) {
             return Err(Error::InvalidArgument(format!(
-                "put: {} values given for shape {dims:?} ({} elements)",
-                data.len(),
-                layout.numel()
+                "put: {} values given for shape {dims:?}",
+                data.len()
             )));
         }
+        let layout = Layout::contiguous(dims);
         let bytes = layout.numel() as u64 * ELEMENT_BYTES;
         self.make_room(bytes, eviction::RoomFor::Put(dims))?;
         let buffer = self.backend.upload(data, &layout)?;
@@ -187,7 +186,10 @@ impl<B: Backend> Interpreter<B> {
             self.graph.storages[storage].last_access = self.graph.clock;
         }
         self.stats.ops += 1;
-        self.stats.baseline_compute += self.graph.nodes[node].cost();
+        self.stats.baseline_compute = self
+            .stats
+            .baseline_compute
+            .saturating_add(self.graph.nodes[node].cost());
         if let Some(observer) = &mut self.observer {
             let node = &self.graph.nodes[node];
             observer.apply(&node.op, inputs, &outputs, &node.signature);

@@ -4,7 +4,7 @@ use smallvec::{smallvec, SmallVec};
 
 use super::{Op, ReduceOp, Window2d};
 use crate::error::{Error, Result};
-use crate::shape::{broadcast_dims, broadcast_layout, resolve_axis, Dims, Layout};
+use crate::shape::{broadcast_dims, broadcast_layout, checked_numel, resolve_axis, Dims, Layout};
 
 /// Bytes per element; every data-carrying backend stores f32.
 pub const ELEMENT_BYTES: u64 = 4;
@@ -64,7 +64,9 @@ impl Signature {
 
     /// Bytes that all fresh outputs together allocate.
     pub fn output_bytes(&self) -> u64 {
-        self.outputs.iter().map(OutputSpec::bytes).sum()
+        self.outputs
+            .iter()
+            .fold(0, |sum, o| sum.saturating_add(o.bytes))
     }
 }
 
@@ -134,6 +136,11 @@ impl Op {
             }
         };
 
+        if let Op::Fill { dims, .. } | Op::Reshape { dims } | Op::Expand { dims } = self {
+            if checked_numel(dims).is_none() {
+                return Err(fail(format!("shape {:?} is too large", dims.as_slice())));
+            }
+        }
         match self {
             Op::Fill { dims, .. } => Ok(Signature::one(
                 OutputSpec::fresh(dims),

@@ -46,7 +46,7 @@ impl CandidatePool {
         }
         self.members.insert(storage, (self.entries.len(), bytes));
         self.entries.push(Some(storage));
-        self.bytes += bytes;
+        self.bytes = self.bytes.saturating_add(bytes);
     }
 
     /// Removes `storage` (no-op if absent).

@@ -224,13 +224,16 @@ impl TraceBuilder {
         dims: Option<Dims>,
         data: Option<Vec<f32>>,
     ) -> Result<TraceTensor> {
-        if let (Some(dims), Some(data)) = (&dims, &data) {
-            let numel: usize = dims.iter().product();
-            if numel != data.len() {
-                return Err(self.fail(
-                    line,
-                    format!("put has {} values for shape {dims:?}", data.len()),
-                ));
+        if let Some(dims) = &dims {
+            let values = data.as_ref().map(Vec::len);
+            match crate::shape::checked_numel(dims) {
+                None => return Err(self.fail(line, format!("shape {dims:?} is too large"))),
+                Some(numel) if values.is_some_and(|n| n != numel) => {
+                    let message =
+                        format!("put has {} values for shape {dims:?}", values.unwrap_or(0));
+                    return Err(self.fail(line, message));
+                }
+                Some(_) => {}
             }
         }
         let tensor = self.new_tensor(bytes);

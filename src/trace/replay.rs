@@ -210,9 +210,9 @@ pub fn baseline(trace: &Trace) -> Baseline {
             TraceEvent::Put { tensor, bytes, .. } => {
                 storage_refs[*tensor as usize] = 1;
                 is_put[*tensor as usize] = true;
-                in_use += bytes;
-                live_puts += bytes;
-                result.constant_bytes += bytes;
+                in_use = in_use.saturating_add(*bytes);
+                live_puts = live_puts.saturating_add(*bytes);
+                result.constant_bytes = result.constant_bytes.saturating_add(*bytes);
             }
             TraceEvent::Apply {
                 inputs,
@@ -221,18 +221,22 @@ pub fn baseline(trace: &Trace) -> Baseline {
                 ..
             } => {
                 result.ops += 1;
-                result.compute += cost;
-                let fresh: u64 = outputs.iter().map(|o| o.bytes).sum();
+                result.compute = result.compute.saturating_add(*cost);
+                let fresh = outputs
+                    .iter()
+                    .fold(0u64, |sum, o| sum.saturating_add(o.bytes));
                 let mut working = fresh;
                 let mut seen: smallvec::SmallVec<[TraceTensor; 8]> = smallvec::SmallVec::new();
                 for &input in inputs {
                     let storage = storage_of[input as usize];
                     if !is_put[storage as usize] && !seen.contains(&storage) {
                         seen.push(storage);
-                        working += trace.storage_bytes[storage as usize];
+                        working = working.saturating_add(trace.storage_bytes[storage as usize]);
                     }
                 }
-                result.lower_bound_bytes = result.lower_bound_bytes.max(live_puts + working);
+                result.lower_bound_bytes = result
+                    .lower_bound_bytes
+                    .max(live_puts.saturating_add(working));
                 for output in outputs {
                     let storage = match output.alias_of {
                         Some(i) => storage_of[inputs[i] as usize],
@@ -241,7 +245,7 @@ pub fn baseline(trace: &Trace) -> Baseline {
                     storage_of[output.tensor as usize] = storage;
                     storage_refs[storage as usize] += 1;
                 }
-                in_use += fresh;
+                in_use = in_use.saturating_add(fresh);
             }
             TraceEvent::Retain { tensor } => {
                 storage_refs[storage_of[*tensor as usize] as usize] += 1
@@ -250,9 +254,9 @@ pub fn baseline(trace: &Trace) -> Baseline {
                 let storage = storage_of[*tensor as usize] as usize;
                 storage_refs[storage] -= 1;
                 if storage_refs[storage] == 0 {
-                    in_use -= trace.storage_bytes[storage];
+                    in_use = in_use.saturating_sub(trace.storage_bytes[storage]);
                     if is_put[storage] {
-                        live_puts -= trace.storage_bytes[storage];
+                        live_puts = live_puts.saturating_sub(trace.storage_bytes[storage]);
                     }
                 }
             }

@@ -1,0 +1,237 @@
+//! Recording and replaying traces: values on the CPU, decisions on the
+//! simulator, and `file:line` errors for bad traces.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use dtr::trace::recorder::TraceRecorder;
+use dtr::trace::replay::{baseline, replay, Kernels, ReplayStatus};
+use dtr::trace::{native, simrd};
+use dtr::{
+    BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, SimulatorBackend, TensorId, UnaryOp,
+};
+
+/// A `Write` whose bytes can be read after the recorder is gone.
+#[derive(Clone, Default)]
+struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A two-layer network's forward and backward, under a budget, recorded.
+/// Returns the trace text, the values read and the run's statistics.
+fn record_program(config: Config) -> (String, Vec<Vec<f32>>, dtr::Stats) {
+    let buffer = SharedBuffer::default();
+    let mut dtr = Interpreter::new(CpuBackend::new(), config).unwrap();
+    dtr.set_observer(Box::new(TraceRecorder::new(buffer.clone()).unwrap()));
+    let mut reads = Vec::new();
+    let values = |n: usize, seed: f32| {
+        (0..n)
+            .map(|i| ((i as f32 * 0.37 + seed).sin()))
+            .collect::<Vec<_>>()
+    };
+    let x = dtr.put(&values(64, 0.1), &[16, 4]).unwrap();
+    let w1 = dtr.put(&values(32, 0.2), &[4, 8]).unwrap();
+    let w2 = dtr.put(&values(16, 0.3), &[8, 2]).unwrap();
+    let h = dtr.apply1(Op::MatMul, &[x, w1]).unwrap();
+    let a = dtr.apply1(Op::Unary(UnaryOp::Tanh), &[h]).unwrap();
+    dtr.del(h).unwrap();
+    let y = dtr.apply1(Op::MatMul, &[a, w2]).unwrap();
+    let s = dtr.apply1(Op::Softmax { axis: -1 }, &[y]).unwrap();
+    let at = dtr
+        .apply1(Op::Transpose { dim0: 0, dim1: 1 }, &[a])
+        .unwrap();
+    let g = dtr.apply1(Op::MatMul, &[at, s]).unwrap();
+    let total = dtr
+        .apply1(
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                axis: 0,
+                keepdim: false,
+            },
+            &[g],
+        )
+        .unwrap();
+    let back = dtr
+        .apply1(Op::UnaryBackward(UnaryOp::Tanh), &[a, a])
+        .unwrap();
+    let mixed = dtr.apply1(Op::Binary(BinaryOp::Mul), &[back, a]).unwrap();
+    for t in [total, s, mixed, y] {
+        reads.push(dtr.get_value(t).unwrap());
+    }
+    let tensors: [TensorId; 10] = [x, w1, w2, a, y, s, at, g, total, back];
+    for t in tensors {
+        dtr.del(t).unwrap();
+    }
+    reads.push(dtr.get_value(mixed).unwrap());
+    dtr.finish_observer().unwrap();
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    (text, reads, dtr.stats().clone())
+}
+
+fn tight_config() -> Config {
+    // Enough for the largest op with its inputs, below the program's peak.
+    Config::default().with_budget_bytes(2000).with_events(true)
+}
+
+#[test]
+fn recorded_trace_replays_to_the_same_values_on_the_cpu() {
+    let (text, reads, stats) = record_program(tight_config());
+    assert!(
+        stats.evictions > 0 && stats.rematerializations > 0,
+        "the budget should force recomputation: {stats:?}"
+    );
+    let trace = native::parse("recorded.jsonl", &text).unwrap();
+    let mut cpu = Interpreter::new(CpuBackend::new(), tight_config()).unwrap();
+    let report = replay(&trace, &mut cpu, Kernels::Execute).unwrap();
+    assert_eq!(report.status, ReplayStatus::Ok);
+    let replayed: Vec<Vec<f32>> = report.reads.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(replayed, reads, "values differ from the recorded run");
+    assert_eq!(
+        report.stats, stats,
+        "decisions differ from the recorded run"
+    );
+}
+
+#[test]
+fn the_simulator_makes_the_same_decisions_as_the_cpu() {
+    let (text, _, _) = record_program(tight_config());
+    let trace = native::parse("recorded.jsonl", &text).unwrap();
+    let mut cpu = Interpreter::new(CpuBackend::new(), tight_config()).unwrap();
+    let on_cpu = replay(&trace, &mut cpu, Kernels::Execute).unwrap();
+    let mut sim = Interpreter::new(SimulatorBackend::new(), tight_config()).unwrap();
+    let on_sim = replay(&trace, &mut sim, Kernels::Recorded).unwrap();
+    assert_eq!(on_sim.stats, on_cpu.stats);
+    assert_eq!(on_sim.peak_bytes, on_cpu.peak_bytes);
+    assert_eq!(
+        sim.events(),
+        cpu.events(),
+        "eviction and rematerialisation sequences differ"
+    );
+}
+
+#[test]
+fn native_traces_round_trip_and_baseline_matches_an_unbounded_run() {
+    let (text, _, _) = record_program(Config::default());
+    let trace = native::parse("recorded.jsonl", &text).unwrap();
+    assert_eq!(native::to_string(&trace), text);
+    let base = baseline(&trace);
+    let mut sim = Interpreter::new(SimulatorBackend::new(), Config::default()).unwrap();
+    let report = replay(&trace, &mut sim, Kernels::Recorded).unwrap();
+    assert_eq!(base.compute, report.stats.compute);
+    assert_eq!(
+        base.peak_bytes, report.peak_bytes,
+        "without recomputation the peaks agree"
+    );
+}
+
+fn native_error(body: &str) -> String {
+    let text = format!("{{\"format\":\"dtr-trace\",\"version\":1}}\n{body}");
+    native::parse("bad.jsonl", &text).unwrap_err().to_string()
+}
+
+#[test]
+fn native_errors_name_file_and_line() {
+    let put = r#"{"event":"put","id":1,"bytes":4}"#;
+    let cases = [
+        (format!("{put}\n{{\"event\":\"del\",\"id\":7}}"), "bad.jsonl:3: unknown tensor id 7"),
+        (format!("{put}\n{{\"event\":\"del\""), "bad.jsonl:3: EOF while parsing"),
+        (r#"{"event":"put","id":1}"#.to_string(), "bad.jsonl:2: missing field `bytes`"),
+        (format!("{put}\n{put}"), "bad.jsonl:3: tensor id 1 is defined twice"),
+        (
+            format!("{put}\n{{\"event\":\"del\",\"id\":1}}\n{{\"event\":\"get\",\"id\":1}}"),
+            "bad.jsonl:4: tensor id 1 is used after its last reference was released on line 3",
+        ),
+        (
+            format!("{put}\n{{\"event\":\"apply\",\"op\":\"v\",\"inputs\":[1],\"outputs\":[{{\"id\":2,\"bytes\":0,\"alias_of\":3}}],\"cost\":1}}"),
+            "bad.jsonl:3: output 0 of `v` aliases input 3, but it has 1 inputs",
+        ),
+        (r#"{"event":"explode"}"#.to_string(), "bad.jsonl:2: unknown variant `explode`"),
+    ];
+    for (body, expected) in cases {
+        let message = native_error(&body);
+        assert!(
+            message.starts_with(expected),
+            "expected `{expected}…`, got `{message}`"
+        );
+    }
+    let header =
+        native::parse("h.jsonl", "{\"format\":\"dtr-trace\",\"version\":9}\n").unwrap_err();
+    assert!(
+        header
+            .to_string()
+            .starts_with("h.jsonl:1: version 9 is not supported"),
+        "{header}"
+    );
+}
+
+#[test]
+fn simrd_errors_name_file_and_line() {
+    let start = r#"{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}"#;
+    let cases = [
+        (
+            r#"{"INSTRUCTION":"CONSTANT","NAME":"a"}"#.to_string(),
+            "log:2: expected MEMORY for `a` after this line",
+        ),
+        (
+            r#"{"INSTRUCTION":"RELEASE","NAME":"zz"}
+{"INSTRUCTION":"COPY","DST":"b","SRC":"zz"}"#
+                .to_string(),
+            "log:3: unknown tensor `zz`",
+        ),
+        (
+            r#"{"INSTRUCTION":"CALL","NAME":"f","ARGS":[],"RESULT":["r"],"TIME":"x"}"#.to_string(),
+            "log:2: `TIME` must be an integer",
+        ),
+        ("not json".to_string(), "log:2: expected ident"),
+        (
+            r#"{"INSTRUCTION":"WHAT"}"#.to_string(),
+            "log:2: unknown instruction `WHAT`",
+        ),
+    ];
+    for (body, expected) in cases {
+        let message = simrd::parse("log", &format!("{start}\n{body}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with(expected),
+            "expected `{expected}…`, got `{message}`"
+        );
+    }
+}
+
+#[test]
+fn simrd_conventions_for_mutation_aliases_and_outputs() {
+    let log = r#"{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}
+{"INSTRUCTION":"CONSTANT","NAME":"w"}
+{"INSTRUCTION":"MEMORY","MEMORY":"100","NAME":"w"}
+{"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"mul","RESULT":["a"],"TIME":"10"}
+{"INSTRUCTION":"MEMORY","MEMORY":"400","NAME":"a"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"a"}
+{"ARGS":["a"],"INSTRUCTION":"CALL","NAME":"view","RESULT":["v"],"TIME":"1"}
+{"INSTRUCTION":"MEMORY","MEMORY":"400","NAME":"v"}
+{"ALIAS":"0","INSTRUCTION":"ALIAS","NAME":"v"}
+{"ARGS":["v"],"INSTRUCTION":"MUTATE","MUTATE":[0],"NAME":"relu_","TIME":"5"}
+{"INSTRUCTION":"RELEASE","NAME":"a"}
+{"INSTRUCTION":"RELEASE","NAME":"nobody"}"#;
+    let trace = simrd::parse("log", log).unwrap();
+    let base = baseline(&trace);
+    assert_eq!(base.compute, 16);
+    assert_eq!(base.constant_bytes, 100);
+    // w (100) + a (400, shared by the view v) + relu_'s copy of v's 400-byte storage.
+    assert_eq!(base.peak_bytes, 900);
+    // `w` and the mutated `v` are still referenced at the end: pinned outputs.
+    let pins = trace
+        .events
+        .iter()
+        .filter(|e| matches!(e, dtr::trace::TraceEvent::Pin { .. }))
+        .count();
+    assert_eq!(pins, 2);
+}
