@@ -40,6 +40,9 @@ struct Args {
     lr: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Write the unbounded run's program as a dtr trace to this file.
+    #[arg(long)]
+    record: Option<std::path::PathBuf>,
 }
 
 /// What one training run measured.
@@ -74,10 +77,23 @@ fn synthetic_batch(args: &Args, rng: &mut StdRng) -> (Vec<f32>, Vec<f32>) {
     (x, labels)
 }
 
-fn train(args: &Args, budget_bytes: Option<u64>) -> dtr::Result<Run> {
+fn train(
+    args: &Args,
+    budget_bytes: Option<u64>,
+    record: Option<&std::path::Path>,
+) -> dtr::Result<Run> {
     let mut config = Config::default().with_heuristic(args.heuristic.clone());
     config.budget_bytes = budget_bytes;
     let mut dtr = Interpreter::new(CpuBackend::new(), config)?;
+    if let Some(path) = record {
+        let io = |e: std::io::Error| {
+            dtr::Error::InvalidArgument(format!("--record {}: {e}", path.display()))
+        };
+        let file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+        dtr.set_observer(Box::new(
+            dtr::trace::recorder::TraceRecorder::new(file).map_err(io)?,
+        ));
+    }
     let mut rng = StdRng::seed_from_u64(args.seed);
     let (x_data, y_data) = synthetic_batch(args, &mut rng);
     let x = dtr.put(&x_data, &[args.batch, args.features])?;
@@ -162,6 +178,11 @@ fn train(args: &Args, budget_bytes: Option<u64>) -> dtr::Result<Run> {
             }
         }
     }
+    if let Some(path) = record {
+        dtr.finish_observer().map_err(|e| {
+            dtr::Error::InvalidArgument(format!("--record {}: {e}", path.display()))
+        })?;
+    }
     Ok(Run {
         losses,
         peak_bytes: dtr.memory().peak_bytes,
@@ -207,9 +228,9 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let result = (|| {
-        let unbounded = train(&args, None)?;
+        let unbounded = train(&args, None, args.record.as_deref())?;
         let budget = (unbounded.peak_bytes as f64 * args.budget_ratio) as u64;
-        let budgeted = train(&args, Some(budget))?;
+        let budgeted = train(&args, Some(budget), None)?;
         Ok::<_, dtr::Error>((unbounded, budgeted))
     })();
     let (unbounded, budgeted) = match result {

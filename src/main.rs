@@ -90,7 +90,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     let scale: u64 = match unit.trim() {
         "" | "B" => 1,
         "KB" => 1000,
-        "MB" => 1000_000,
+        "MB" => 1_000_000,
         "GB" => 1000_000_000,
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,

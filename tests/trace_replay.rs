@@ -34,7 +34,7 @@ fn record_program(config: Config) -> (String, Vec<Vec<f32>>, dtr::Stats) {
     let mut reads = Vec::new();
     let values = |n: usize, seed: f32| {
         (0..n)
-            .map(|i| ((i as f32 * 0.37 + seed).sin()))
+            .map(|i| (i as f32 * 0.37 + seed).sin())
             .collect::<Vec<_>>()
     };
     let x = dtr.put(&values(64, 0.1), &[16, 4]).unwrap();
@@ -234,4 +234,30 @@ fn simrd_conventions_for_mutation_aliases_and_outputs() {
         .filter(|e| matches!(e, dtr::trace::TraceEvent::Pin { .. }))
         .count();
     assert_eq!(pins, 2);
+}
+
+#[test]
+fn the_shipped_trace_replays_under_budget_with_unbounded_values() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/mlp-small.jsonl");
+    let (trace, _) = dtr::trace::load(&path, None).unwrap();
+    let base = baseline(&trace);
+    let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+    let expected = replay(&trace, &mut unbounded, Kernels::Execute).unwrap();
+    let budget = (0.6 * base.peak_bytes as f64) as u64;
+    let mut bounded = Interpreter::new(
+        CpuBackend::new(),
+        Config::default()
+            .with_heuristic("dtr")
+            .with_budget_bytes(budget),
+    )
+    .unwrap();
+    let report = replay(&trace, &mut bounded, Kernels::Execute).unwrap();
+    assert_eq!(report.status, ReplayStatus::Ok);
+    assert!(report.stats.rematerializations > 0);
+    assert!(report.peak_bytes <= budget);
+    assert!(!expected.reads.is_empty());
+    assert_eq!(
+        report.reads, expected.reads,
+        "losses differ from the unbounded run"
+    );
 }

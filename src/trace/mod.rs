@@ -34,6 +34,8 @@ pub struct TraceOutput {
 }
 
 /// One instruction of a traced program.
+// Most events of a trace are applies, so boxing them would save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum TraceEvent {
     /// A tensor from outside (a parameter, an input, a constant).
@@ -251,6 +253,7 @@ impl TraceBuilder {
 
     /// Adds an op; `outputs` gives `(bytes, alias_of, dims)` per output and
     /// returns the new tensors. Inputs must be live.
+    #[allow(clippy::too_many_arguments)] // one per field of the event, plus line and labels
     pub fn apply(
         &mut self,
         line: usize,

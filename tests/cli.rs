@@ -1,0 +1,109 @@
+//! The `dtr` command line's stable interface.
+
+use std::process::Command;
+
+fn dtr(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_dtr"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into(),
+        String::from_utf8_lossy(&output.stderr).into(),
+    )
+}
+
+#[test]
+fn replay_json_has_the_documented_fields() {
+    let (ok, stdout, stderr) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.6",
+        "--heuristic",
+        "dtr-eq",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for field in [
+        "status",
+        "heuristic",
+        "budget_bytes",
+        "baseline_peak_bytes",
+        "baseline_compute",
+        "compute",
+        "overhead",
+        "remat_compute",
+        "peak_bytes",
+        "evictions",
+        "rematerializations",
+        "wall_seconds",
+    ] {
+        assert!(report.get(field).is_some(), "missing `{field}` in {stdout}");
+    }
+    assert_eq!(report["status"], "ok");
+    assert_eq!(report["heuristic"], "dtr-eq");
+    let budget = report["budget_bytes"].as_u64().unwrap();
+    assert_eq!(
+        budget,
+        (0.6 * report["baseline_peak_bytes"].as_u64().unwrap() as f64) as u64
+    );
+    assert!(report["peak_bytes"].as_u64().unwrap() <= budget);
+}
+
+#[test]
+fn budgets_take_byte_suffixes_and_bad_input_is_an_error() {
+    let (ok, stdout, _) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--budget",
+        "200KiB",
+        "--json",
+    ]);
+    assert!(ok);
+    assert!(stdout.contains("\"budget_bytes\":204800"), "{stdout}");
+    let (ok, _, stderr) = dtr(&["replay", "traces/mlp-small.jsonl", "--budget", "12 parsecs"]);
+    assert!(!ok && stderr.contains("unknown unit"), "{stderr}");
+    let (ok, _, stderr) = dtr(&["replay", "no/such/trace.jsonl", "--ratio", "0.5"]);
+    assert!(
+        !ok && stderr.contains("no/such/trace.jsonl: cannot read"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.5",
+        "--heuristic",
+        "nope",
+    ]);
+    assert!(
+        !ok && stderr.contains("unknown heuristic `nope`"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.5",
+        "--sampling",
+        "sqrt",
+    ]);
+    assert!(!ok && stderr.contains("not built yet"), "{stderr}");
+}
+
+#[test]
+fn info_reports_the_baseline() {
+    let (ok, stdout, stderr) = dtr(&["info", "traces/mlp-small.jsonl", "--json"]);
+    assert!(ok, "{stderr}");
+    let info: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(info["format"], "dtr");
+    assert!(
+        info["baseline_peak_bytes"].as_u64().unwrap()
+            >= info["lower_bound_bytes"].as_u64().unwrap()
+    );
+    assert!(info["ops"].as_u64().unwrap() > 0);
+}
