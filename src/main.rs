@@ -91,7 +91,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
         "" | "B" => 1,
         "KB" => 1000,
         "MB" => 1_000_000,
-        "GB" => 1000_000_000,
+        "GB" => 1_000_000_000,
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
         "GiB" => 1 << 30,
@@ -110,7 +110,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     Ok((value * scale as f64).floor() as u64)
 }
 
-fn load(path: &PathBuf, format: FormatArg) -> dtr::Result<(trace::Trace, TraceFormat)> {
+fn load(path: &std::path::Path, format: FormatArg) -> dtr::Result<(trace::Trace, TraceFormat)> {
     let format = match format {
         FormatArg::Auto => None,
         FormatArg::Dtr => Some(TraceFormat::Native),
@@ -149,7 +149,7 @@ fn run_replay(
             ))
         }
     };
-    if !(args.thrash_limit >= 1.0) {
+    if args.thrash_limit.is_nan() || args.thrash_limit < 1.0 {
         return Err(dtr::Error::InvalidArgument(format!(
             "--thrash-limit must be at least 1, got {}",
             args.thrash_limit
