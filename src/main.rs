@@ -127,7 +127,7 @@ struct ReplayArgs {
 }
 
 fn run_replay(
-    path: &PathBuf,
+    path: &std::path::Path,
     format: FormatArg,
     args: &ReplayArgs,
 ) -> dtr::Result<(Baseline, u64, ReplayReport)> {
