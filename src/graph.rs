@@ -55,6 +55,9 @@ pub struct TensorInfo {
 pub enum Residency {
     Resident,
     Evicted,
+    /// Output of an op that has not run yet: neither in memory nor
+    /// recomputable history, so eviction heuristics do not see it.
+    Pending,
 }
 
 /// Memory shared by a tensor and its views; the unit of eviction.
@@ -79,6 +82,10 @@ pub struct StorageInfo {
 impl StorageInfo {
     pub fn is_resident(&self) -> bool {
         self.residency == Residency::Resident
+    }
+
+    pub fn is_evicted(&self) -> bool {
+        self.residency == Residency::Evicted
     }
 }
 
@@ -113,7 +120,7 @@ impl Graph {
     pub fn evicted_neighbours(&self, storage: StorageId) -> SmallVec<[StorageId; 8]> {
         let mut found: SmallVec<[StorageId; 8]> = SmallVec::new();
         let mut visit = |s: StorageId| {
-            if s != storage && !self.storages[s].is_resident() && !found.contains(&s) {
+            if s != storage && self.storages[s].is_evicted() && !found.contains(&s) {
                 found.push(s);
             }
         };

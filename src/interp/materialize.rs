@@ -179,6 +179,8 @@ impl<B: Backend> Interpreter<B> {
                 self.graph.storages[storage].residency = Residency::Resident;
                 if rematerializing {
                     self.heuristic.on_rematerialize(storage, &self.graph);
+                } else {
+                    self.heuristic.on_graph_change(storage, &self.graph);
                 }
                 self.refresh_candidacy(storage);
             }

@@ -381,7 +381,7 @@ impl<B: Backend> Interpreter<B> {
                 None => self.graph.storages.insert(StorageInfo {
                     bytes,
                     tensors: SmallVec::new(),
-                    residency: Residency::Evicted,
+                    residency: Residency::Pending,
                     locks: 0,
                     pins: 0,
                     last_access: self.graph.clock,
@@ -407,11 +407,20 @@ impl<B: Backend> Interpreter<B> {
                 consumers.push(node);
             }
         }
+        for k in 0..self.graph.nodes[node].outputs.len() {
+            let output = self.graph.nodes[node].outputs[k].expect("just inserted");
+            self.heuristic
+                .on_graph_change(self.graph.tensors[output].storage, &self.graph);
+        }
         node
     }
 
     /// Undoes [`Interpreter::insert_node`] for a node whose first run failed.
     fn remove_failed_node(&mut self, node: NodeId) {
+        for &output in self.graph.nodes[node].outputs.iter().flatten() {
+            self.heuristic
+                .on_graph_change(self.graph.tensors[output].storage, &self.graph);
+        }
         let OpNode {
             inputs, outputs, ..
         } = self.graph.nodes.remove(node).expect("node exists");
@@ -447,6 +456,9 @@ impl<B: Backend> Interpreter<B> {
             }
             if s.tensors.is_empty() {
                 return Err(format!("{id:?} has no tensors"));
+            }
+            if s.residency == Residency::Pending {
+                return Err(format!("{id:?} is pending outside an op"));
             }
             if s.is_resident() != self.buffers.contains_key(id) {
                 return Err(format!("{id:?} residency does not match its buffer"));

@@ -62,6 +62,7 @@ impl<B: Backend> Interpreter<B> {
                 "detach: {tensor:?} is a view of another tensor's storage; detach a contiguous copy"
             )));
         }
+        self.heuristic.on_graph_change(storage, &self.graph);
         self.graph.tensors[tensor].producer = None;
         let info = &mut self.graph.storages[storage];
         info.recomputable = false;
@@ -83,6 +84,9 @@ impl<B: Backend> Interpreter<B> {
     /// Frees the unneeded tensors, iteratively, and the inputs this leaves unneeded.
     fn free_all(&mut self, mut unneeded: Vec<TensorId>) {
         while let Some(tensor) = unneeded.pop() {
+            // Told while the graph still has the tensor and its edges.
+            self.heuristic
+                .on_graph_change(self.graph.tensors[tensor].storage, &self.graph);
             let info = self
                 .graph
                 .tensors

@@ -1,13 +1,73 @@
 //! `h_DTR = (c0(s) + Σ_{u ∈ e*(s)} c0(u)) / (m(s) · stale(s))`: the full
-//! evicted neighbourhood `e*(s)`, towards descendants and ancestors.
+//! evicted neighbourhood `e*(s)`, towards descendants and towards ancestors.
+//!
+//! [`Dtr`] caches each storage's two region costs and, when the graph
+//! changes at a storage `v`, forgets only the caches that can see `v`: those
+//! of the storages from which `v` is reachable through evicted storages
+//! (found by one walk outward from `v`). A score is then O(1) except after
+//! a change nearby, instead of a graph walk per candidate per eviction.
+//!
+//! Evictions and rematerialisations are settled lazily, before the next
+//! scoring pass: a storage on an affected path that changed meanwhile has
+//! its own walk, so the union of walks then still covers every affected
+//! cache. When changes outnumber a quarter of the cache (the eager
+//! evictions between two eviction rounds), clearing it is cheaper.
+//! [`DtrWalk`] walks every time; it is the reference the cache is tested
+//! against, decision for decision.
+
+use slotmap::SecondaryMap;
 
 use super::region::{Direction, RegionWalker};
 use super::{cost_density, Heuristic};
-use crate::graph::{Graph, StorageId};
+use crate::graph::{Graph, Residency, StorageId};
 
 #[derive(Default)]
 pub struct Dtr {
     walker: RegionWalker,
+    /// Cached region costs: `[descendants, ancestors]`.
+    cached: SecondaryMap<StorageId, [Option<u64>; 2]>,
+    scratch: Vec<StorageId>,
+    /// Evicted or rematerialised since the last scoring pass.
+    unsettled: Vec<StorageId>,
+}
+
+fn slot(direction: Direction) -> usize {
+    match direction {
+        Direction::Descendants => 0,
+        Direction::Ancestors => 1,
+    }
+}
+
+impl Dtr {
+    fn region_cost(&mut self, graph: &Graph, storage: StorageId, direction: Direction) -> u64 {
+        if let Some(cost) = self.cached.get(storage).and_then(|c| c[slot(direction)]) {
+            return cost;
+        }
+        let cost = self.walker.cost(graph, storage, direction);
+        self.cached
+            .entry(storage)
+            .expect("live storage")
+            .or_insert([None, None])[slot(direction)] = Some(cost);
+        cost
+    }
+
+    /// Forgets every cached region that `changed` is in or borders: walking
+    /// towards ancestors reaches the storages whose descendant regions can
+    /// see `changed`, and the other way round.
+    fn invalidate_around(&mut self, graph: &Graph, changed: StorageId) {
+        for (walk, forget) in [
+            (Direction::Ancestors, Direction::Descendants),
+            (Direction::Descendants, Direction::Ancestors),
+        ] {
+            self.scratch.clear();
+            self.walker.reach(graph, changed, walk, &mut self.scratch);
+            for &storage in &self.scratch {
+                if let Some(entry) = self.cached.get_mut(storage) {
+                    entry[slot(forget)] = None;
+                }
+            }
+        }
+    }
 }
 
 impl Heuristic for Dtr {
@@ -17,6 +77,65 @@ impl Heuristic for Dtr {
 
     fn about(&self) -> &'static str {
         "(own cost + cost of the whole evicted neighbourhood) / (size * staleness) (h_DTR)"
+    }
+
+    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+        let cost = graph.storages[storage].cost
+            + self.region_cost(graph, storage, Direction::Descendants)
+            + self.region_cost(graph, storage, Direction::Ancestors);
+        cost_density(cost, storage, graph)
+    }
+
+    fn before_scoring(&mut self, graph: &Graph) {
+        if self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len() {
+            self.cached.clear();
+        } else {
+            for storage in std::mem::take(&mut self.unsettled) {
+                if graph.storages.contains_key(storage) {
+                    self.invalidate_around(graph, storage);
+                }
+            }
+        }
+        self.unsettled.clear();
+    }
+
+    fn on_evict(&mut self, storage: StorageId, _graph: &Graph) {
+        self.unsettled.push(storage);
+    }
+
+    fn on_rematerialize(&mut self, storage: StorageId, _graph: &Graph) {
+        self.unsettled.push(storage);
+    }
+
+    /// Edges or tensors change at `storage`. Walks stop at resident storages
+    /// and ignore pending ones, so only an evicted storage's change can reach
+    /// other caches; a resident one changes only its own regions.
+    fn on_graph_change(&mut self, storage: StorageId, graph: &Graph) {
+        match graph.storages[storage].residency {
+            // Removals cannot wait: the edges are gone by the next pass.
+            Residency::Evicted if !self.cached.is_empty() => self.invalidate_around(graph, storage),
+            Residency::Evicted => {}
+            Residency::Resident => {
+                self.cached.remove(storage);
+            }
+            Residency::Pending => {}
+        }
+    }
+}
+
+/// `h_DTR` by a fresh graph walk per score: slow, obviously right.
+#[derive(Default)]
+pub struct DtrWalk {
+    walker: RegionWalker,
+}
+
+impl Heuristic for DtrWalk {
+    fn name(&self) -> &'static str {
+        "dtr-walk"
+    }
+
+    fn about(&self) -> &'static str {
+        "h_DTR by walking the graph for every score: the slow reference for `dtr`"
     }
 
     fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {

@@ -28,6 +28,9 @@ pub trait Heuristic: Send {
     /// One line on what the score is, for `dtr heuristics`.
     fn about(&self) -> &'static str;
 
+    /// A scoring pass over the candidates is about to start (once per victim).
+    fn before_scoring(&mut self, _graph: &Graph) {}
+
     /// The score of a resident candidate. `f64::INFINITY` means "only if
     /// nothing else". `&mut` so a heuristic may keep scratch space.
     fn score(&mut self, storage: StorageId, graph: &Graph) -> f64;
@@ -40,6 +43,12 @@ pub trait Heuristic: Send {
 
     /// `storage` is about to be removed from the graph for good.
     fn on_free(&mut self, _storage: StorageId, _graph: &Graph) {}
+
+    /// The tensors, edges or residency around `storage` change: called after
+    /// additions (a new op's outputs, a first computation) and before
+    /// removals (a freed tensor, a cut history). Evictions and
+    /// rematerialisations have their own hooks.
+    fn on_graph_change(&mut self, _storage: StorageId, _graph: &Graph) {}
 }
 
 type MakeHeuristic = fn() -> Box<dyn Heuristic>;
@@ -47,6 +56,7 @@ type MakeHeuristic = fn() -> Box<dyn Heuristic>;
 /// Every heuristic: its name and how to make it.
 const REGISTRY: &[(&str, MakeHeuristic)] = &[
     ("dtr", || Box::new(dtr::Dtr::default())),
+    ("dtr-walk", || Box::new(dtr::DtrWalk::default())),
     ("dtr-eq", || Box::new(dtr_eq::DtrEq::default())),
     ("dtr-local", || Box::new(dtr_local::DtrLocal)),
     ("lru", || Box::new(lru::Lru)),
@@ -88,6 +98,7 @@ pub fn choose_victim(
     pool: &CandidatePool,
     graph: &Graph,
 ) -> Option<StorageId> {
+    heuristic.before_scoring(graph);
     let mut best: Option<(f64, StorageId)> = None;
     for storage in pool.iter() {
         let score = heuristic.score(storage, graph);

@@ -4,7 +4,7 @@
 
 use slotmap::SecondaryMap;
 
-use crate::graph::{Graph, StorageId};
+use crate::graph::{Graph, Residency, StorageId};
 
 /// Which way a region grows.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -26,24 +26,62 @@ pub struct RegionWalker {
 impl RegionWalker {
     /// Summed `c0` of the evicted region around `base` in `direction`.
     pub fn cost(&mut self, graph: &Graph, base: StorageId, direction: Direction) -> u64 {
+        let mut total = 0u64;
+        self.walk(graph, base, direction, |storage, resident| {
+            if !resident {
+                total = total.saturating_add(graph.storages[storage].cost);
+            }
+        });
+        total
+    }
+
+    /// Every storage the region walk from `base` touches: `base`, the
+    /// evicted storages of its region, and the resident ones bordering it.
+    pub fn reach(
+        &mut self,
+        graph: &Graph,
+        base: StorageId,
+        direction: Direction,
+        found: &mut Vec<StorageId>,
+    ) {
+        found.push(base);
+        self.walk(graph, base, direction, |storage, _| found.push(storage));
+    }
+
+    /// Visits each storage adjacent to `base` or to an evicted storage
+    /// visited before, once, with whether it is resident; expands through
+    /// evicted ones only. Pending outputs (not computed yet) are invisible.
+    fn walk(
+        &mut self,
+        graph: &Graph,
+        base: StorageId,
+        direction: Direction,
+        mut visit: impl FnMut(StorageId, bool),
+    ) {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
             self.visited.clear();
             self.generation = 1;
         }
         let generation = self.generation;
-        let mut total = 0;
         self.stack.clear();
         self.stack.push(base);
         self.visited.insert(base, generation);
         while let Some(storage) = self.stack.pop() {
             for &tensor in &graph.storages[storage].tensors {
                 let info = &graph.tensors[tensor];
-                let mut visit = |next: StorageId| {
-                    let evicted = !graph.storages[next].is_resident();
-                    if evicted && self.visited.get(next) != Some(&generation) {
-                        self.visited.insert(next, generation);
-                        total += graph.storages[next].cost;
+                let mut step = |next: StorageId| {
+                    if self.visited.get(next) == Some(&generation) {
+                        return;
+                    }
+                    self.visited.insert(next, generation);
+                    let residency = graph.storages[next].residency;
+                    if residency == Residency::Pending {
+                        return;
+                    }
+                    let resident = residency == Residency::Resident;
+                    visit(next, resident);
+                    if !resident {
                         self.stack.push(next);
                     }
                 };
@@ -51,20 +89,19 @@ impl RegionWalker {
                     Direction::Ancestors => {
                         if let Some((node, _)) = info.producer {
                             for &input in &graph.nodes[node].inputs {
-                                visit(graph.tensors[input].storage);
+                                step(graph.tensors[input].storage);
                             }
                         }
                     }
                     Direction::Descendants => {
                         for &node in &info.consumers {
                             for &output in graph.nodes[node].outputs.iter().flatten() {
-                                visit(graph.tensors[output].storage);
+                                step(graph.tensors[output].storage);
                             }
                         }
                     }
                 }
             }
         }
-        total
     }
 }
