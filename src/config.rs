@@ -1,5 +1,8 @@
 //! Interpreter configuration: a plain value with defaults and a builder.
 
+use crate::memory::MemoryModel;
+use crate::policy::Sampling;
+
 /// How the interpreter manages memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -20,6 +23,12 @@ pub struct Config {
     /// Stop with [`crate::Error::Thrash`] once rematerialisation has cost more
     /// than this (the authors stop at 1× the unbounded run's compute).
     pub remat_limit: Option<u64>,
+    /// Counting bytes, or placing them in an arena of exactly the budget.
+    pub memory: MemoryModel,
+    /// Which candidates the victim search scores.
+    pub sampling: Sampling,
+    /// Seeds every random choice (sampling, `random`); same seed, same run.
+    pub seed: u64,
 }
 
 impl Default for Config {
@@ -31,6 +40,9 @@ impl Default for Config {
             record_events: false,
             retain_history: false,
             remat_limit: None,
+            memory: MemoryModel::Counter,
+            sampling: Sampling::All,
+            seed: 0,
         }
     }
 }
@@ -63,6 +75,21 @@ impl Config {
 
     pub fn with_remat_limit(mut self, limit: u64) -> Config {
         self.remat_limit = Some(limit);
+        self
+    }
+
+    pub fn with_memory(mut self, memory: MemoryModel) -> Config {
+        self.memory = memory;
+        self
+    }
+
+    pub fn with_sampling(mut self, sampling: Sampling) -> Config {
+        self.sampling = sampling;
+        self
+    }
+
+    pub fn with_seed(mut self, seed: u64) -> Config {
+        self.seed = seed;
         self
     }
 

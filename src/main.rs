@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dtr::memory::MemoryModel;
+use dtr::policy::Sampling;
 use dtr::trace::replay::{baseline, replay, Baseline, Kernels, ReplayReport};
 use dtr::trace::{self, TraceFormat};
 use dtr::{Config, Interpreter, SimulatorBackend};
@@ -124,13 +126,21 @@ struct ReplayArgs {
     budget: Option<u64>,
     heuristic: String,
     thrash_limit: f64,
+    memory: MemoryModel,
+    sampling: Sampling,
+    seed: u64,
 }
 
 fn run_replay(
     path: &std::path::Path,
     format: FormatArg,
     args: &ReplayArgs,
-) -> dtr::Result<(Baseline, u64, ReplayReport)> {
+) -> dtr::Result<(
+    Baseline,
+    u64,
+    ReplayReport,
+    Option<dtr::memory::ArenaReport>,
+)> {
     let (trace, format) = load(path, format)?;
     let base = baseline(&trace);
     let budget = match (args.ratio, args.budget) {
@@ -160,10 +170,13 @@ fn run_replay(
         .with_heuristic(args.heuristic.clone())
         // The authors' logs follow their simulator's conventions (see README).
         .with_retained_history(format == TraceFormat::Simrd)
-        .with_remat_limit(((args.thrash_limit - 1.0) * base.compute as f64).floor() as u64);
+        .with_remat_limit(((args.thrash_limit - 1.0) * base.compute as f64).floor() as u64)
+        .with_memory(args.memory)
+        .with_sampling(args.sampling)
+        .with_seed(args.seed);
     let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
     let report = replay(&trace, &mut interpreter, Kernels::Recorded)?;
-    Ok((base, budget, report))
+    Ok((base, budget, report, interpreter.memory().arena))
 }
 
 fn main() -> ExitCode {
@@ -190,36 +203,35 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             heuristic,
             memory,
             sampling,
-            seed: _,
+            seed,
             thrash_limit,
             json,
         } => {
-            if memory == MemoryArg::Arena {
-                return Err(dtr::Error::InvalidArgument(
-                    "--memory arena is not built yet (it comes with the arena allocator); use counter".into(),
-                ));
-            }
-            if sampling == SamplingArg::Sqrt {
-                return Err(dtr::Error::InvalidArgument(
-                    "--sampling sqrt is not built yet (it comes with the policy family); use all"
-                        .into(),
-                ));
-            }
             let args = ReplayArgs {
                 ratio,
                 budget,
                 heuristic: heuristic.clone(),
                 thrash_limit,
+                memory: match memory {
+                    MemoryArg::Counter => MemoryModel::Counter,
+                    MemoryArg::Arena => MemoryModel::arena(),
+                },
+                sampling: match sampling {
+                    SamplingArg::All => Sampling::All,
+                    SamplingArg::Sqrt => Sampling::Sqrt,
+                },
+                seed,
             };
-            let (base, budget, report) = run_replay(&trace, format, &args)?;
+            let (base, budget, report, arena) = run_replay(&trace, format, &args)?;
             let overhead = report.stats.compute as f64 / base.compute.max(1) as f64;
             if json {
                 let object = json!({
                     "trace": trace.display().to_string(),
                     "status": report.status.as_str(),
                     "heuristic": heuristic,
-                    "memory": "counter",
-                    "sampling": "all",
+                    "memory": if arena.is_some() { "arena" } else { "counter" },
+                    "sampling": if args.sampling == Sampling::Sqrt { "sqrt" } else { "all" },
+                    "seed": seed,
                     "budget_bytes": budget,
                     "baseline_peak_bytes": base.peak_bytes,
                     "baseline_compute": base.compute,
@@ -231,6 +243,9 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                     "rematerializations": report.stats.rematerializations,
                     "wall_seconds": report.wall_seconds,
                     "message": report.message,
+                    "fragmentation": arena.map(|a| a.fragmentation),
+                    "largest_free_bytes": arena.map(|a| a.largest_free_bytes),
+                    "free_blocks": arena.map(|a| a.free_blocks),
                 });
                 println!("{object}");
             } else {
@@ -252,6 +267,12 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 println!("  evictions       {}", report.stats.evictions);
                 println!("  remats          {}", report.stats.rematerializations);
                 println!("  wall time       {:.3} s", report.wall_seconds);
+                if let Some(arena) = arena {
+                    println!(
+                        "  arena at end    {:.3} fragmentation, largest free block {} B of {} free blocks",
+                        arena.fragmentation, arena.largest_free_bytes, arena.free_blocks
+                    );
+                }
                 if let Some(message) = &report.message {
                     println!("  stopped         {message}");
                 }
@@ -294,7 +315,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
         }
         Command::Heuristics => {
             for name in dtr::policy::heuristic_names() {
-                let about = dtr::policy::heuristic_by_name(name)
+                let about = dtr::policy::heuristic_by_name(name, 0)
                     .map(|h| h.about())
                     .unwrap_or_default();
                 println!("{name:<10} {about}");

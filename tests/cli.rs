@@ -84,15 +84,38 @@ fn budgets_take_byte_suffixes_and_bad_input_is_an_error() {
         !ok && stderr.contains("unknown heuristic `nope`"),
         "{stderr}"
     );
-    let (ok, _, stderr) = dtr(&[
+}
+
+#[test]
+fn arena_memory_and_sampling_are_reported() {
+    let args = [
         "replay",
         "traces/mlp-small.jsonl",
         "--ratio",
-        "0.5",
+        "0.7",
+        "--memory",
+        "arena",
         "--sampling",
         "sqrt",
-    ]);
-    assert!(!ok && stderr.contains("not built yet"), "{stderr}");
+        "--seed",
+        "3",
+        "--json",
+    ];
+    let (ok, stdout, stderr) = dtr(&args);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (report["memory"].as_str(), report["sampling"].as_str()),
+        (Some("arena"), Some("sqrt"))
+    );
+    let fragmentation = report["fragmentation"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&fragmentation));
+    assert!(report["largest_free_bytes"].as_u64().is_some());
+    // Same seed, same decisions.
+    let (_, again, _) = dtr(&args);
+    let again: serde_json::Value = serde_json::from_str(again.trim()).unwrap();
+    assert_eq!(report["compute"], again["compute"]);
+    assert_eq!(report["evictions"], again["evictions"]);
 }
 
 #[test]

@@ -5,7 +5,8 @@ use super::{Event, Interpreter};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, Residency, StorageId};
-use crate::policy::choose_victim;
+use crate::memory::Block;
+use crate::policy::PolicyView;
 
 /// What an allocation is for, to name it in an out-of-memory error.
 #[derive(Clone, Copy)]
@@ -15,24 +16,47 @@ pub(super) enum RoomFor<'a> {
 }
 
 impl<B: Backend> Interpreter<B> {
-    /// Evicts by the heuristic until `bytes` more fit in the budget.
-    /// Fails, evicting nothing, when even evicting every candidate would
-    /// not be enough.
-    pub(super) fn make_room(&mut self, bytes: u64, purpose: RoomFor<'_>) -> Result<()> {
-        if self.memory.fits(bytes) {
-            return Ok(());
+    /// Allocates a block for each of `sizes`, evicting as the policy
+    /// chooses until they all fit. Fails, evicting nothing, when even
+    /// evicting every candidate could not make them fit; fails after
+    /// evicting when fragmentation leaves no room.
+    pub(super) fn reserve(&mut self, sizes: &[u64], purpose: RoomFor<'_>) -> Result<Vec<Block>> {
+        let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+        loop {
+            if let Some(blocks) = self.memory.allocate_all(sizes) {
+                return Ok(blocks);
+            }
+            let unevictable = self
+                .memory
+                .counter()
+                .in_use_bytes()
+                .saturating_sub(self.pool.bytes());
+            if self.pool.is_empty() || !self.memory.could_fit(sizes, unevictable) {
+                return Err(self.out_of_memory(requested, purpose));
+            }
+            let largest = sizes.iter().copied().max().unwrap_or(0);
+            let request = self
+                .memory
+                .arena()
+                .and_then(|arena| arena.aligned(largest))
+                .unwrap_or(largest);
+            let view = PolicyView {
+                graph: &self.graph,
+                memory: &self.memory,
+                blocks: &self.blocks,
+            };
+            let victims = self
+                .heuristic
+                .choose(&self.pool, &view, request, &mut self.search);
+            if victims.is_empty() {
+                return Err(self.out_of_memory(requested, purpose));
+            }
+            for victim in victims {
+                if self.pool.contains(victim) {
+                    self.evict(victim, false);
+                }
+            }
         }
-        let in_use = self.memory.in_use_bytes();
-        let budget = self.memory.budget_bytes().unwrap_or(u64::MAX);
-        if (in_use - self.pool.bytes()).saturating_add(bytes) > budget {
-            return Err(self.out_of_memory(bytes, purpose));
-        }
-        while !self.memory.fits(bytes) {
-            let victim = choose_victim(self.heuristic.as_mut(), &self.pool, &self.graph)
-                .expect("the candidates' bytes cover the request");
-            self.evict(victim, false);
-        }
-        Ok(())
     }
 
     /// Frees a resident, evictable storage; its tensors become undefined
@@ -52,7 +76,9 @@ impl<B: Backend> Interpreter<B> {
             let tensor = self.graph.storages[storage].tensors[i];
             self.graph.tensors[tensor].defined = false;
         }
-        self.memory.free(bytes);
+        if let Some(block) = self.blocks.remove(storage) {
+            self.memory.free(block);
+        }
         self.pool.remove(storage);
         self.heuristic.on_evict(storage, &self.graph);
         self.stats.evictions += 1;
@@ -73,7 +99,11 @@ impl<B: Backend> Interpreter<B> {
     pub(super) fn refresh_candidacy(&mut self, storage: StorageId) {
         let info = &self.graph.storages[storage];
         if info.is_resident() && info.recomputable && info.locks == 0 && info.pins == 0 {
-            self.pool.insert(storage, info.bytes);
+            let held = self
+                .blocks
+                .get(storage)
+                .map_or(info.bytes, |block| block.size);
+            self.pool.insert(storage, held);
         } else {
             self.pool.remove(storage);
         }
@@ -104,18 +134,18 @@ impl<B: Backend> Interpreter<B> {
             RoomFor::Op(node) => format!("op `{}`", self.graph.nodes[node].op.name()),
             RoomFor::Put(dims) => format!("put of shape {dims:?}"),
         };
-        let in_use_bytes = self.memory.in_use_bytes();
+        let in_use_bytes = self.memory.counter().in_use_bytes();
         let locked_bytes: u64 = self
             .graph
             .storages
-            .values()
-            .filter(|s| s.is_resident() && s.locks > 0)
-            .map(|s| s.bytes)
+            .iter()
+            .filter(|(_, s)| s.is_resident() && s.locks > 0)
+            .map(|(id, _)| self.blocks.get(id).map_or(0, |block| block.size))
             .sum();
         let error = Error::OutOfMemory {
             context,
             requested_bytes,
-            budget_bytes: self.memory.budget_bytes().unwrap_or(u64::MAX),
+            budget_bytes: self.memory.counter().budget_bytes().unwrap_or(u64::MAX),
             in_use_bytes,
             locked_bytes,
             pinned_bytes: in_use_bytes.saturating_sub(self.pool.bytes() + locked_bytes),

@@ -121,8 +121,16 @@ impl<B: Backend> Interpreter<B> {
     /// Makes room for the node's outputs, runs it, and installs the outputs
     /// that are missing; outputs still resident (or freed) are dropped.
     fn run_node(&mut self, node_id: NodeId, rematerializing: bool) -> Result<()> {
-        let reserve = self.graph.nodes[node_id].signature.output_bytes();
-        self.make_room(reserve, RoomFor::Op(node_id))?;
+        // A block for every fresh output, those still resident included:
+        // the op writes all its outputs before duplicates are dropped.
+        let sizes: SmallVec<[u64; 2]> = self.graph.nodes[node_id]
+            .signature
+            .outputs
+            .iter()
+            .filter(|o| o.alias_of.is_none())
+            .map(|o| o.bytes)
+            .collect();
+        let mut blocks = self.reserve(&sizes, RoomFor::Op(node_id))?.into_iter();
 
         let node = &self.graph.nodes[node_id];
         let views: SmallVec<[BufferView<'_, B::Buffer>; 4]> = node
@@ -136,8 +144,15 @@ impl<B: Backend> Interpreter<B> {
                 }
             })
             .collect();
-        let results = self.backend.execute(&node.op, &views, &node.signature)?;
+        let results = self.backend.execute(&node.op, &views, &node.signature);
         drop(views);
+        let results = match results {
+            Ok(results) => results,
+            Err(error) => {
+                blocks.for_each(|block| self.memory.free(block));
+                return Err(error);
+            }
+        };
         let shapes_match = results.len() == node.signature.outputs.len()
             && results
                 .iter()
@@ -149,6 +164,7 @@ impl<B: Backend> Interpreter<B> {
             for buffer in results.into_iter().flatten() {
                 self.backend.release(buffer);
             }
+            blocks.for_each(|block| self.memory.free(block));
             return Err(Error::backend(
                 backend,
                 format!("`{op_name}` returned buffers that do not match its outputs"),
@@ -158,24 +174,28 @@ impl<B: Backend> Interpreter<B> {
         let cost = node.cost();
         self.graph.clock = self.graph.clock.saturating_add(cost);
         self.stats.compute = self.stats.compute.saturating_add(cost);
-        self.memory.allocate(reserve);
         let mut restored = None;
         for (k, buffer) in results.into_iter().enumerate() {
-            let spec_bytes = self.graph.nodes[node_id].signature.outputs[k].bytes();
+            // Fresh outputs have buffers, and blocks in the same order.
+            let block = buffer
+                .as_ref()
+                .map(|_| blocks.next().expect("a block per fresh output"));
             let missing =
                 self.graph.nodes[node_id].outputs[k].filter(|&t| !self.graph.tensors[t].defined);
             let Some(tensor) = missing else {
                 // Freed, or still resident: the fresh copy is discarded.
-                if let Some(buffer) = buffer {
+                if let (Some(buffer), Some(block)) = (buffer, block) {
                     self.backend.release(buffer);
-                    self.memory.free(spec_bytes);
+                    self.memory.free(block);
                 }
                 continue;
             };
             restored.get_or_insert(tensor);
             let storage = self.graph.tensors[tensor].storage;
-            if let Some(buffer) = buffer {
+            if let (Some(buffer), Some(block)) = (buffer, block) {
                 self.buffers.insert(storage, buffer);
+                self.blocks.insert(storage, block);
+                self.memory.set_owner(block, Some(storage));
                 self.graph.storages[storage].residency = Residency::Resident;
                 if rematerializing {
                     self.heuristic.on_rematerialize(storage, &self.graph);

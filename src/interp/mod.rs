@@ -24,9 +24,9 @@ use crate::error::{Error, Result};
 use crate::graph::{
     Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
 };
-use crate::memory::MemoryCounter;
+use crate::memory::{Block, Memory};
 use crate::ops::{Op, ELEMENT_BYTES};
-use crate::policy::{heuristic_by_name, CandidatePool, Heuristic};
+use crate::policy::{heuristic_by_name, CandidatePool, CandidateSearch, Heuristic};
 use crate::shape::Layout;
 
 /// Runs ops on a backend, keeping memory within the budget by evicting
@@ -47,19 +47,24 @@ pub struct Interpreter<B: Backend> {
     buffers: SecondaryMap<StorageId, B::Buffer>,
     pool: CandidatePool,
     heuristic: Box<dyn Heuristic>,
-    memory: MemoryCounter,
+    search: CandidateSearch,
+    memory: Memory,
+    /// The memory block of every resident storage.
+    blocks: SecondaryMap<StorageId, Block>,
     config: Config,
     stats: Stats,
     events: Vec<Event>,
     observer: Option<Box<dyn ProgramObserver>>,
 }
 
-/// Bytes in use, their high-water mark and the budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Bytes in use, their high-water mark and the budget; in arena mode also
+/// the allocator's view (bytes are then counted as allocated, aligned).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryReport {
     pub in_use_bytes: u64,
     pub peak_bytes: u64,
     pub budget_bytes: Option<u64>,
+    pub arena: Option<crate::memory::ArenaReport>,
 }
 
 impl<B: Backend> Interpreter<B> {
@@ -69,8 +74,10 @@ impl<B: Backend> Interpreter<B> {
             graph: Graph::new(),
             buffers: SecondaryMap::new(),
             pool: CandidatePool::new(),
-            heuristic: heuristic_by_name(&config.heuristic)?,
-            memory: MemoryCounter::new(config.budget_bytes),
+            heuristic: heuristic_by_name(&config.heuristic, config.seed)?,
+            search: CandidateSearch::new(config.sampling, config.seed),
+            memory: Memory::new(config.memory, config.budget_bytes),
+            blocks: SecondaryMap::new(),
             config,
             stats: Stats::default(),
             events: Vec::new(),
@@ -89,9 +96,15 @@ impl<B: Backend> Interpreter<B> {
         }
         let layout = Layout::contiguous(dims);
         let bytes = layout.numel() as u64 * ELEMENT_BYTES;
-        self.make_room(bytes, eviction::RoomFor::Put(dims))?;
-        let buffer = self.backend.upload(data, &layout)?;
-        let tensor = self.insert_put(layout, bytes, buffer);
+        let block = self.reserve(&[bytes], eviction::RoomFor::Put(dims))?[0];
+        let buffer = match self.backend.upload(data, &layout) {
+            Ok(buffer) => buffer,
+            Err(error) => {
+                self.memory.free(block);
+                return Err(error);
+            }
+        };
+        let tensor = self.insert_put(layout, bytes, block, buffer);
         if let Some(observer) = &mut self.observer {
             observer.put(tensor, bytes, dims, Some(data));
         }
@@ -102,17 +115,28 @@ impl<B: Backend> Interpreter<B> {
     /// the constants of a data-free trace.
     pub fn put_opaque(&mut self, bytes: u64) -> Result<TensorId> {
         let layout = Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize]);
-        self.make_room(bytes, eviction::RoomFor::Put(&layout.dims))?;
-        let buffer = self.backend.allocate(&layout, bytes)?;
-        let tensor = self.insert_put(layout, bytes, buffer);
+        let block = self.reserve(&[bytes], eviction::RoomFor::Put(&layout.dims))?[0];
+        let buffer = match self.backend.allocate(&layout, bytes) {
+            Ok(buffer) => buffer,
+            Err(error) => {
+                self.memory.free(block);
+                return Err(error);
+            }
+        };
+        let tensor = self.insert_put(layout, bytes, block, buffer);
         if let Some(observer) = &mut self.observer {
             observer.put(tensor, bytes, &[], None);
         }
         Ok(tensor)
     }
 
-    fn insert_put(&mut self, layout: Layout, bytes: u64, buffer: B::Buffer) -> TensorId {
-        self.memory.allocate(bytes);
+    fn insert_put(
+        &mut self,
+        layout: Layout,
+        bytes: u64,
+        block: Block,
+        buffer: B::Buffer,
+    ) -> TensorId {
         let storage = self.graph.storages.insert(StorageInfo {
             bytes,
             tensors: SmallVec::new(),
@@ -124,6 +148,8 @@ impl<B: Backend> Interpreter<B> {
             recomputable: false,
         });
         self.buffers.insert(storage, buffer);
+        self.blocks.insert(storage, block);
+        self.memory.set_owner(block, Some(storage));
         let tensor = self.graph.tensors.insert(TensorInfo {
             producer: None,
             storage,
@@ -280,10 +306,12 @@ impl<B: Backend> Interpreter<B> {
     }
 
     pub fn memory(&self) -> MemoryReport {
+        let counter = self.memory.counter();
         MemoryReport {
-            in_use_bytes: self.memory.in_use_bytes(),
-            peak_bytes: self.memory.peak_bytes(),
-            budget_bytes: self.memory.budget_bytes(),
+            in_use_bytes: counter.in_use_bytes(),
+            peak_bytes: counter.peak_bytes(),
+            budget_bytes: counter.budget_bytes(),
+            arena: self.memory.arena().map(|arena| arena.report()),
         }
     }
 
@@ -460,11 +488,21 @@ impl<B: Backend> Interpreter<B> {
             if s.residency == Residency::Pending {
                 return Err(format!("{id:?} is pending outside an op"));
             }
-            if s.is_resident() != self.buffers.contains_key(id) {
-                return Err(format!("{id:?} residency does not match its buffer"));
+            if s.is_resident() != self.buffers.contains_key(id)
+                || s.is_resident() != self.blocks.contains_key(id)
+            {
+                return Err(format!(
+                    "{id:?} residency does not match its buffer and block"
+                ));
             }
-            if s.is_resident() {
-                resident_bytes += s.bytes;
+            if let Some(block) = self.blocks.get(id) {
+                if block.size < s.bytes {
+                    return Err(format!(
+                        "{id:?} has {} B in a block of {} B",
+                        s.bytes, block.size
+                    ));
+                }
+                resident_bytes += block.size;
             }
             let evictable = s.is_resident() && s.recomputable && s.pins == 0;
             if evictable != self.pool.contains(id) {
@@ -478,17 +516,26 @@ impl<B: Backend> Interpreter<B> {
                 }
             }
         }
-        if resident_bytes != self.memory.in_use_bytes() {
+        let counter = self.memory.counter();
+        if resident_bytes != counter.in_use_bytes() {
             return Err(format!(
                 "{resident_bytes} B resident but {} B accounted",
-                self.memory.in_use_bytes()
+                counter.in_use_bytes()
             ));
         }
-        if let Some(budget) = self.memory.budget_bytes() {
-            if self.memory.in_use_bytes() > budget {
+        if let Some(arena) = self.memory.arena() {
+            if arena.report().in_use_bytes != resident_bytes {
+                return Err(format!(
+                    "the arena holds {} B, the storages {resident_bytes} B",
+                    arena.report().in_use_bytes
+                ));
+            }
+        }
+        if let Some(budget) = counter.budget_bytes() {
+            if counter.in_use_bytes() > budget {
                 return Err(format!(
                     "{} B in use over a budget of {budget} B",
-                    self.memory.in_use_bytes()
+                    counter.in_use_bytes()
                 ));
             }
         }

@@ -132,15 +132,16 @@ impl<B: Backend> Interpreter<B> {
             return;
         }
         self.heuristic.on_free(storage, &self.graph);
-        let info = self
-            .graph
+        self.graph
             .storages
             .remove(storage)
             .expect("storage is tracked");
         self.pool.remove(storage);
         if let Some(buffer) = self.buffers.remove(storage) {
             self.backend.release(buffer);
-            self.memory.free(info.bytes);
+        }
+        if let Some(block) = self.blocks.remove(storage) {
+            self.memory.free(block);
         }
     }
 }

@@ -18,6 +18,7 @@
 use slotmap::SecondaryMap;
 
 use super::region::{Direction, RegionWalker};
+use super::PolicyView;
 use super::{cost_density, Heuristic};
 use crate::graph::{Graph, Residency, StorageId};
 
@@ -79,7 +80,8 @@ impl Heuristic for Dtr {
         "(own cost + cost of the whole evicted neighbourhood) / (size * staleness) (h_DTR)"
     }
 
-    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let graph = view.graph;
         let cost = graph.storages[storage].cost
             + self.region_cost(graph, storage, Direction::Descendants)
             + self.region_cost(graph, storage, Direction::Ancestors);
@@ -138,7 +140,8 @@ impl Heuristic for DtrWalk {
         "h_DTR by walking the graph for every score: the slow reference for `dtr`"
     }
 
-    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let graph = view.graph;
         let cost = graph.storages[storage].cost
             + self.walker.cost(graph, storage, Direction::Descendants)
             + self.walker.cost(graph, storage, Direction::Ancestors);

@@ -1,7 +1,8 @@
 //! `h_DTR_local = c0(s) / (m(s) · stale(s))`: the storage's own cost only.
 
+use super::PolicyView;
 use super::{cost_density, Heuristic};
-use crate::graph::{Graph, StorageId};
+use crate::graph::StorageId;
 
 pub struct DtrLocal;
 
@@ -14,7 +15,8 @@ impl Heuristic for DtrLocal {
         "own recompute cost / (size * staleness) (h_DTR_local)"
     }
 
-    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let graph = view.graph;
         cost_density(graph.storages[storage].cost, storage, graph)
     }
 }

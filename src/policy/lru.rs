@@ -1,7 +1,8 @@
 //! `h_LRU`: evict the storage accessed longest ago.
 
 use super::Heuristic;
-use crate::graph::{Graph, StorageId};
+use super::PolicyView;
+use crate::graph::StorageId;
 
 pub struct Lru;
 
@@ -14,7 +15,8 @@ impl Heuristic for Lru {
         "evict the storage accessed longest ago (h_LRU)"
     }
 
-    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let graph = view.graph;
         graph.storages[storage].last_access as f64
     }
 }

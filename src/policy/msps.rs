@@ -3,7 +3,8 @@
 
 use super::region::{Direction, RegionWalker};
 use super::Heuristic;
-use crate::graph::{Graph, StorageId};
+use super::PolicyView;
+use crate::graph::StorageId;
 
 #[derive(Default)]
 pub struct Msps {
@@ -19,7 +20,8 @@ impl Heuristic for Msps {
         "(own cost + cost of evicted ancestors) / size, no staleness (h_MSPS, Capuchin)"
     }
 
-    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let graph = view.graph;
         let bytes = graph.storages[storage].bytes;
         if bytes == 0 {
             return f64::INFINITY;

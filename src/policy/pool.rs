@@ -61,6 +61,20 @@ impl CandidatePool {
         }
     }
 
+    /// A uniformly random candidate and its size. Holes are at most half
+    /// of the entries (compaction keeps it so), so this takes two draws on
+    /// average.
+    pub fn random_member(&self, rng: &mut impl rand::Rng) -> Option<(StorageId, u64)> {
+        if self.members.is_empty() {
+            return None;
+        }
+        loop {
+            if let Some(storage) = self.entries[rng.gen_range(0..self.entries.len())] {
+                return Some((storage, self.members[storage].1));
+            }
+        }
+    }
+
     /// Candidates in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = StorageId> + '_ {
         self.entries.iter().flatten().copied()

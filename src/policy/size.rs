@@ -1,7 +1,8 @@
 //! `h_size`: evict the largest storage first.
 
 use super::Heuristic;
-use crate::graph::{Graph, StorageId};
+use super::PolicyView;
+use crate::graph::StorageId;
 
 pub struct Size;
 
@@ -14,7 +15,8 @@ impl Heuristic for Size {
         "evict the largest storage first (h_size)"
     }
 
-    fn score(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let graph = view.graph;
         match graph.storages[storage].bytes {
             0 => f64::INFINITY,
             bytes => 1.0 / bytes as f64,

@@ -1,0 +1,325 @@
+//! An offset allocator over one address space: best fit, free neighbours
+//! coalesced, every block aligned. An allocation fails when no single free
+//! block is large enough, even if the free bytes add up: that is
+//! fragmentation, which eviction then has to fix.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::graph::StorageId;
+
+/// A placed allocation: `size` is the aligned length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// A stretch of the address space, in address order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    Free {
+        offset: u64,
+        size: u64,
+    },
+    /// `owner` is `None` while reserved for an op that is running.
+    Used {
+        offset: u64,
+        size: u64,
+        owner: Option<StorageId>,
+    },
+}
+
+/// What the allocator looks like now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArenaReport {
+    pub capacity_bytes: u64,
+    pub in_use_bytes: u64,
+    pub peak_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub free_blocks: usize,
+    /// `1 − largest_free / total_free` (0 when nothing is free).
+    pub fragmentation: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Arena {
+    capacity: u64,
+    alignment: u64,
+    /// Free blocks: offset → size. Coalesced: no two touch.
+    free_by_offset: BTreeMap<u64, u64>,
+    /// The same blocks as (size, offset), for best fit.
+    free_by_size: BTreeSet<(u64, u64)>,
+    /// Used blocks: offset → (size, owner).
+    used: BTreeMap<u64, (u64, Option<StorageId>)>,
+    in_use: u64,
+    peak: u64,
+}
+
+impl Arena {
+    /// An empty arena of `capacity` bytes; `alignment` must be a power of two.
+    pub fn new(capacity: u64, alignment: u64) -> Arena {
+        assert!(
+            alignment.is_power_of_two(),
+            "alignment must be a power of two"
+        );
+        let mut arena = Arena {
+            capacity,
+            alignment,
+            free_by_offset: BTreeMap::new(),
+            free_by_size: BTreeSet::new(),
+            used: BTreeMap::new(),
+            in_use: 0,
+            peak: 0,
+        };
+        arena.insert_free(0, capacity);
+        arena
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// `bytes` rounded up to the alignment (0 stays 0); `None` on overflow.
+    pub fn aligned(&self, bytes: u64) -> Option<u64> {
+        Some(bytes.checked_add(self.alignment - 1)? & !(self.alignment - 1))
+    }
+
+    fn insert_free(&mut self, offset: u64, size: u64) {
+        if size > 0 {
+            self.free_by_offset.insert(offset, size);
+            self.free_by_size.insert((size, offset));
+        }
+    }
+
+    fn remove_free(&mut self, offset: u64) -> u64 {
+        let size = self
+            .free_by_offset
+            .remove(&offset)
+            .expect("free block exists");
+        self.free_by_size.remove(&(size, offset));
+        size
+    }
+
+    /// Places `bytes` in the smallest free block that holds them (lowest
+    /// offset among equals). Zero bytes take no space.
+    pub fn allocate(&mut self, bytes: u64, owner: Option<StorageId>) -> Option<Block> {
+        let size = self.aligned(bytes)?;
+        if size == 0 {
+            return Some(Block { offset: 0, size: 0 });
+        }
+        let &(found, offset) = self.free_by_size.range((size, 0)..).next()?;
+        self.remove_free(offset);
+        self.insert_free(offset + size, found - size);
+        self.used.insert(offset, (size, owner));
+        self.in_use += size;
+        self.peak = self.peak.max(self.in_use);
+        Some(Block { offset, size })
+    }
+
+    /// Allocates every size or none (then the arena is as before).
+    pub fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
+        let mut blocks = Vec::with_capacity(sizes.len());
+        for &bytes in sizes {
+            match self.allocate(bytes, None) {
+                Some(block) => blocks.push(block),
+                None => {
+                    for block in blocks {
+                        self.free(block);
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(blocks)
+    }
+
+    /// Records who owns a used block (for address-ordered policies).
+    pub fn set_owner(&mut self, block: Block, owner: Option<StorageId>) {
+        if let Some(entry) = self.used.get_mut(&block.offset) {
+            entry.1 = owner;
+        }
+    }
+
+    /// Frees a block and merges it with free neighbours.
+    pub fn free(&mut self, block: Block) {
+        if block.size == 0 {
+            return;
+        }
+        let (size, _) = self
+            .used
+            .remove(&block.offset)
+            .expect("freeing a block that is not allocated");
+        self.in_use -= size;
+        let (mut start, mut end) = (block.offset, block.offset + size);
+        if let Some((&left, &left_size)) = self.free_by_offset.range(..start).next_back() {
+            if left + left_size == start {
+                self.remove_free(left);
+                start = left;
+            }
+        }
+        if self.free_by_offset.contains_key(&end) {
+            end += self.remove_free(end);
+        }
+        self.insert_free(start, end - start);
+    }
+
+    /// Free bytes directly left and right of a used block.
+    pub fn free_neighbours(&self, block: Block) -> u64 {
+        let left = self
+            .free_by_offset
+            .range(..block.offset)
+            .next_back()
+            .filter(|(&offset, &size)| offset + size == block.offset)
+            .map_or(0, |(_, &size)| size);
+        let right = self
+            .free_by_offset
+            .get(&(block.offset + block.size))
+            .copied()
+            .unwrap_or(0);
+        left + right
+    }
+
+    /// Every piece of the address space, in address order.
+    pub fn pieces(&self) -> impl Iterator<Item = Piece> + '_ {
+        let mut free = self.free_by_offset.iter().peekable();
+        let mut used = self.used.iter().peekable();
+        std::iter::from_fn(move || match (free.peek(), used.peek()) {
+            (Some((&f, _)), Some((&u, _))) if f < u => free
+                .next()
+                .map(|(&offset, &size)| Piece::Free { offset, size }),
+            (_, Some(_)) => used.next().map(|(&offset, &(size, owner))| Piece::Used {
+                offset,
+                size,
+                owner,
+            }),
+            (Some(_), None) => free
+                .next()
+                .map(|(&offset, &size)| Piece::Free { offset, size }),
+            (None, None) => None,
+        })
+    }
+
+    /// Grows the arena, or shrinks it as far as the free tail allows;
+    /// returns the capacity it has now.
+    pub fn resize(&mut self, capacity: u64) -> u64 {
+        let tail_start = match self.free_by_offset.iter().next_back() {
+            Some((&offset, &size)) if offset + size == self.capacity => {
+                self.remove_free(offset);
+                offset
+            }
+            _ => self.capacity,
+        };
+        let capacity = capacity.max(tail_start);
+        self.insert_free(tail_start, capacity - tail_start);
+        self.capacity = capacity;
+        capacity
+    }
+
+    pub fn report(&self) -> ArenaReport {
+        let largest = self
+            .free_by_size
+            .iter()
+            .next_back()
+            .map_or(0, |&(size, _)| size);
+        let total_free = self.capacity - self.in_use;
+        ArenaReport {
+            capacity_bytes: self.capacity,
+            in_use_bytes: self.in_use,
+            peak_bytes: self.peak,
+            largest_free_bytes: largest,
+            free_blocks: self.free_by_offset.len(),
+            fragmentation: if total_free == 0 {
+                0.0
+            } else {
+                1.0 - largest as f64 / total_free as f64
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn best_fit_coalesces_and_fragments() {
+        let mut arena = Arena::new(1024, 256);
+        let a = arena.allocate(100, None).unwrap();
+        let b = arena.allocate(256, None).unwrap();
+        let c = arena.allocate(300, None).unwrap();
+        assert_eq!((a.offset, b.offset, c.offset, c.size), (0, 256, 512, 512));
+        arena.free(a);
+        arena.free(c);
+        // 768 bytes free, but in two holes of 256 and 512.
+        assert!(arena.allocate(600, None).is_none());
+        let r = arena.report();
+        assert_eq!((r.largest_free_bytes, r.free_blocks), (512, 2));
+        assert!((r.fragmentation - (1.0 - 512.0 / 768.0)).abs() < 1e-12);
+        // Best fit puts 200 bytes in the 256-byte hole.
+        assert_eq!(arena.allocate(200, None).unwrap().offset, 0);
+        arena.free(b);
+        assert_eq!(
+            arena.free_neighbours(Block {
+                offset: 0,
+                size: 256
+            }),
+            768
+        );
+    }
+
+    #[test]
+    fn resize_grows_and_shrinks_the_free_tail() {
+        let mut arena = Arena::new(1024, 256);
+        let a = arena.allocate(256, None).unwrap();
+        assert_eq!(arena.resize(4096), 4096);
+        assert_eq!(arena.report().largest_free_bytes, 3840);
+        assert_eq!(arena.resize(0), 256);
+        arena.free(a);
+        assert_eq!(arena.report().largest_free_bytes, 256);
+    }
+
+    proptest! {
+        /// Random allocations and frees: blocks never overlap, every byte is
+        /// either used or free exactly once, and no two free blocks touch.
+        #[test]
+        fn blocks_never_overlap_and_free_space_is_coalesced(
+            steps in prop::collection::vec((any::<bool>(), 0u64..3000, any::<prop::sample::Index>()), 1..200),
+        ) {
+            let mut arena = Arena::new(16 * 1024, 256);
+            let mut live: Vec<Block> = Vec::new();
+            for (alloc, bytes, pick) in steps {
+                if alloc || live.is_empty() {
+                    if let Some(block) = arena.allocate(bytes, None) {
+                        prop_assert_eq!(block.offset % 256, 0);
+                        prop_assert!(block.size >= bytes);
+                        if block.size > 0 {
+                            live.push(block);
+                        }
+                    } else {
+                        prop_assert!(arena.report().largest_free_bytes < arena.aligned(bytes).unwrap());
+                    }
+                } else {
+                    arena.free(live.swap_remove(pick.index(live.len())));
+                }
+                let mut covered = 0u64;
+                let mut previous_end = 0u64;
+                let mut previous_free = false;
+                for piece in arena.pieces() {
+                    let (offset, size, is_free) = match piece {
+                        Piece::Free { offset, size } => (offset, size, true),
+                        Piece::Used { offset, size, .. } => (offset, size, false),
+                    };
+                    prop_assert_eq!(offset, previous_end, "pieces must tile the arena");
+                    prop_assert!(!(is_free && previous_free), "two free blocks touch");
+                    previous_end = offset + size;
+                    previous_free = is_free;
+                    covered += size;
+                }
+                prop_assert_eq!(covered, arena.capacity());
+                let used: u64 = live.iter().map(|b| b.size).sum();
+                prop_assert_eq!(arena.report().in_use_bytes, used);
+            }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Memory against the budget, under one of two models.
+//!
+//! `counter` adds up bytes, as the DTR authors' simulator does. `arena`
+//! places every storage at an offset inside one address space of exactly
+//! the budget ([`arena::Arena`]), so fragmentation can refuse an allocation
+//! that the counter would allow.
+
+pub mod arena;
+mod counter;
+
+pub use arena::{Arena, ArenaReport, Block, Piece};
+pub use counter::MemoryCounter;
+
+use crate::graph::StorageId;
+
+/// Which memory model to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoryModel {
+    #[default]
+    Counter,
+    /// An offset allocator with blocks aligned to `alignment` bytes.
+    Arena { alignment: u64 },
+}
+
+impl MemoryModel {
+    /// The arena with the default 256-byte alignment.
+    pub fn arena() -> MemoryModel {
+        MemoryModel::Arena { alignment: 256 }
+    }
+}
+
+/// Bytes in use (counted as allocated, aligned in arena mode), and the
+/// arena when there is one.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    counter: MemoryCounter,
+    arena: Option<Arena>,
+}
+
+impl Memory {
+    /// An arena needs a budget; without one the model is a counter.
+    pub fn new(model: MemoryModel, budget_bytes: Option<u64>) -> Memory {
+        let arena = match (model, budget_bytes) {
+            (MemoryModel::Arena { alignment }, Some(budget)) => Some(Arena::new(budget, alignment)),
+            _ => None,
+        };
+        Memory {
+            counter: MemoryCounter::new(budget_bytes),
+            arena,
+        }
+    }
+
+    pub fn counter(&self) -> &MemoryCounter {
+        &self.counter
+    }
+
+    pub fn arena(&self) -> Option<&Arena> {
+        self.arena.as_ref()
+    }
+
+    pub fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
+        self.counter.set_budget_bytes(budget_bytes);
+        if let (Some(arena), Some(budget)) = (&mut self.arena, budget_bytes) {
+            arena.resize(budget);
+        }
+    }
+
+    /// Allocates a block for each size, or nothing when they do not all fit.
+    pub fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
+        let blocks = match &mut self.arena {
+            Some(arena) => arena.allocate_all(sizes)?,
+            None => {
+                let total = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+                if !self.counter.fits(total) {
+                    return None;
+                }
+                sizes
+                    .iter()
+                    .map(|&size| Block { offset: 0, size })
+                    .collect()
+            }
+        };
+        for block in &blocks {
+            self.counter.allocate(block.size);
+        }
+        Some(blocks)
+    }
+
+    /// Whether evicting could ever make `sizes` fit: the bytes (aligned)
+    /// that no eviction can free plus the request stay within the budget.
+    pub fn could_fit(&self, sizes: &[u64], unevictable_bytes: u64) -> bool {
+        let request = sizes.iter().fold(0u64, |sum, &b| {
+            let size = self
+                .arena
+                .as_ref()
+                .map_or(Some(b), |a| a.aligned(b))
+                .unwrap_or(u64::MAX);
+            sum.saturating_add(size)
+        });
+        self.counter
+            .budget_bytes()
+            .is_none_or(|budget| unevictable_bytes.saturating_add(request) <= budget)
+    }
+
+    pub fn free(&mut self, block: Block) {
+        self.counter.free(block.size);
+        if let Some(arena) = &mut self.arena {
+            arena.free(block);
+        }
+    }
+
+    pub fn set_owner(&mut self, block: Block, owner: Option<StorageId>) {
+        if let Some(arena) = &mut self.arena {
+            arena.set_owner(block, owner);
+        }
+    }
+
+    /// Free bytes adjacent to a block (0 without an arena).
+    pub fn free_neighbours(&self, block: Block) -> u64 {
+        self.arena
+            .as_ref()
+            .map_or(0, |arena| arena.free_neighbours(block))
+    }
+}

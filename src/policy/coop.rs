@@ -1,0 +1,116 @@
+//! Coop (OneFlow, NeurIPS 2023): in an address-ordered arena, evict the
+//! contiguous window of least total cost that covers the request, so every
+//! byte freed serves the allocation and no scattered holes are left.
+//!
+//! Pieces are taken in address order. A free piece costs 0; an evictable
+//! storage costs its `h_DTR_eq` numerator over its staleness (the
+//! recompute cost the paper's heuristics weigh, per unit of recency); a
+//! piece that cannot be evicted (pinned, locked, a put, reserved for the
+//! running op) ends any window. Because costs are non-negative, the best
+//! window ending at a piece is the shortest one that still covers the
+//! request, so two pointers find the best window in one pass. Without an
+//! arena (counter memory) Coop falls back to `dtr-eq`.
+
+use std::collections::VecDeque;
+
+use super::dtr_eq::DtrEq;
+use super::{CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
+use crate::graph::{Graph, StorageId};
+use crate::memory::Piece;
+
+#[derive(Default)]
+pub struct Coop {
+    /// Keeps the equivalence classes and scores the counter-mode fallback.
+    eq: DtrEq,
+}
+
+impl Coop {
+    fn piece_cost(&self, storage: StorageId, graph: &Graph) -> f64 {
+        let staleness = graph.staleness(storage);
+        if staleness == 0 {
+            f64::INFINITY
+        } else {
+            self.eq.neighbourhood_cost(storage, graph) as f64 / staleness as f64
+        }
+    }
+}
+
+impl Heuristic for Coop {
+    fn name(&self) -> &'static str {
+        "coop"
+    }
+
+    fn about(&self) -> &'static str {
+        "evict the contiguous arena window of least total cost that fits the request (OneFlow's Coop)"
+    }
+
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        self.eq.score(storage, view)
+    }
+
+    fn choose(
+        &mut self,
+        pool: &CandidatePool,
+        view: &PolicyView<'_>,
+        request: u64,
+        search: &mut CandidateSearch,
+    ) -> Victims {
+        let Some(arena) = view.memory.arena() else {
+            return self.eq.choose(pool, view, request, search);
+        };
+        // The window: pieces (size, cost, evictable storage) in address order.
+        let mut window: VecDeque<(u64, f64, Option<StorageId>)> = VecDeque::new();
+        let (mut size, mut cost) = (0u64, 0.0f64);
+        let mut best: Option<(f64, Victims)> = None;
+        for piece in arena.pieces() {
+            let entry = match piece {
+                Piece::Free { size, .. } => (size, 0.0, None),
+                Piece::Used {
+                    size,
+                    owner: Some(storage),
+                    ..
+                } if pool.contains(storage) => {
+                    (size, self.piece_cost(storage, view.graph), Some(storage))
+                }
+                Piece::Used { .. } => {
+                    window.clear();
+                    (size, cost) = (0, 0.0);
+                    continue;
+                }
+            };
+            window.push_back(entry);
+            size += entry.0;
+            cost += entry.1;
+            // Drop pieces from the left while the rest still covers the request.
+            while let Some(&(first, first_cost, _)) = window.front() {
+                if size - first < request {
+                    break;
+                }
+                window.pop_front();
+                size -= first;
+                cost -= first_cost;
+            }
+            let holds_a_victim = window.iter().any(|(_, _, s)| s.is_some());
+            if size >= request && holds_a_victim && best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, window.iter().filter_map(|&(_, _, s)| s).collect()));
+            }
+        }
+        match best {
+            Some((_, victims)) => victims,
+            // No window can ever hold the request: free what the scores say.
+            None => self.eq.choose(pool, view, request, search),
+        }
+    }
+
+    fn on_evict(&mut self, storage: StorageId, graph: &Graph) {
+        self.eq.on_evict(storage, graph);
+    }
+
+    fn on_rematerialize(&mut self, storage: StorageId, graph: &Graph) {
+        self.eq.on_rematerialize(storage, graph);
+    }
+
+    fn on_free(&mut self, storage: StorageId, graph: &Graph) {
+        self.eq.on_free(storage, graph);
+    }
+}
