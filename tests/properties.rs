@@ -2,6 +2,8 @@
 //! unbounded run, memory never over the budget, nothing left after every
 //! handle is dropped, and out-of-memory recoverable by raising the budget.
 
+use dtr::memory::MemoryModel;
+use dtr::policy::Sampling;
 use dtr::{
     BinaryOp, Config, CpuBackend, Error, Interpreter, Op, ReduceOp, ScalarOp, TensorId, UnaryOp,
 };
@@ -75,16 +77,14 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(config: Config) -> Runner {
-        let budget = config.budget_bytes;
+    fn new(mut config: Config) -> Runner {
+        // Room for the two parameters, even in an arena of 256-byte blocks.
+        let budget = config.budget_bytes.map(|b| b.max(512));
+        config.budget_bytes = budget;
         let retains_history = config.retain_history;
-        let mut dtr = Interpreter::new(CpuBackend::new(), config.unbounded()).unwrap();
+        let mut dtr = Interpreter::new(CpuBackend::new(), config).unwrap();
         let gamma = dtr.put(&[1.0, 0.5, -1.0, 2.0], &[4]).unwrap();
         let beta = dtr.put(&[0.0, 1.0, 0.25, -0.5], &[4]).unwrap();
-        // The budget applies from here on, so even a tiny one can hold the parameters.
-        let floor = dtr.memory().in_use_bytes;
-        let budget = budget.map(|b| b.max(floor));
-        dtr.set_budget_bytes(budget);
         Runner {
             dtr,
             live: Vec::new(),
@@ -275,10 +275,20 @@ proptest! {
     fn budgeted_runs_match_the_unbounded_run(
         program in prop::collection::vec(step(), 1..80),
         budget_fraction in 0.05f64..1.0,
-        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size"]),
+        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "random", "dte", "coop"]),
         eager in any::<bool>(),
+        arena in any::<bool>(),
+        sqrt in any::<bool>(),
+        seed in 0u64..4,
     ) {
-        let base = Config::default().with_heuristic(heuristic).with_eager_eviction(eager);
+        let memory = if arena { MemoryModel::arena() } else { MemoryModel::Counter };
+        let sampling = if sqrt { Sampling::Sqrt } else { Sampling::All };
+        let base = Config::default()
+            .with_heuristic(heuristic)
+            .with_eager_eviction(eager)
+            .with_memory(memory)
+            .with_sampling(sampling)
+            .with_seed(seed);
         let mut unbounded = Runner::new(base.clone());
         let expected = unbounded.run(&program);
         let peak = unbounded.dtr.memory().peak_bytes;
