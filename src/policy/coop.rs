@@ -13,19 +13,47 @@
 
 use std::collections::VecDeque;
 
+use super::dtr::Dtr;
 use super::dtr_eq::DtrEq;
 use super::{CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
 use crate::graph::{Graph, StorageId};
 use crate::memory::Piece;
 
-#[derive(Default)]
-pub struct Coop {
-    /// Keeps the equivalence classes and scores the counter-mode fallback.
-    eq: DtrEq,
+/// A heuristic that can price recomputing around a storage.
+pub trait NeighbourhoodCost: Heuristic {
+    fn neighbourhood_cost(&mut self, storage: StorageId, graph: &Graph) -> u64;
 }
 
-impl Coop {
-    fn piece_cost(&self, storage: StorageId, graph: &Graph) -> f64 {
+impl NeighbourhoodCost for DtrEq {
+    fn neighbourhood_cost(&mut self, storage: StorageId, graph: &Graph) -> u64 {
+        DtrEq::neighbourhood_cost(self, storage, graph)
+    }
+}
+
+impl NeighbourhoodCost for Dtr {
+    fn neighbourhood_cost(&mut self, storage: StorageId, graph: &Graph) -> u64 {
+        Dtr::neighbourhood_cost(self, storage, graph)
+    }
+}
+
+#[derive(Default)]
+pub struct Coop<C> {
+    /// Prices pieces, keeps its own bookkeeping, and scores the fallback.
+    eq: C,
+    name: &'static str,
+}
+
+impl<C: NeighbourhoodCost + Default> Coop<C> {
+    pub fn named(name: &'static str) -> Coop<C> {
+        Coop {
+            eq: C::default(),
+            name,
+        }
+    }
+}
+
+impl<C: NeighbourhoodCost> Coop<C> {
+    fn piece_cost(&mut self, storage: StorageId, graph: &Graph) -> f64 {
         let staleness = graph.staleness(storage);
         if staleness == 0 {
             f64::INFINITY
@@ -35,9 +63,9 @@ impl Coop {
     }
 }
 
-impl Heuristic for Coop {
+impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
     fn name(&self) -> &'static str {
-        "coop"
+        self.name
     }
 
     fn about(&self) -> &'static str {
@@ -58,6 +86,7 @@ impl Heuristic for Coop {
         let Some(arena) = view.memory.arena() else {
             return self.eq.choose(pool, view, request, search);
         };
+        self.eq.before_scoring(view.graph);
         // The window: pieces (size, cost, evictable storage) in address order.
         let mut window: VecDeque<(u64, f64, Option<StorageId>)> = VecDeque::new();
         let (mut size, mut cost) = (0u64, 0.0f64);
@@ -112,5 +141,9 @@ impl Heuristic for Coop {
 
     fn on_free(&mut self, storage: StorageId, graph: &Graph) {
         self.eq.on_free(storage, graph);
+    }
+
+    fn on_graph_change(&mut self, storage: StorageId, graph: &Graph) {
+        self.eq.on_graph_change(storage, graph);
     }
 }

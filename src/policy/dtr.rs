@@ -71,6 +71,16 @@ impl Dtr {
     }
 }
 
+impl Dtr {
+    /// `c0(s)` plus the cost of its whole evicted neighbourhood (settle
+    /// pending changes with [`Heuristic::before_scoring`] first).
+    pub fn neighbourhood_cost(&mut self, storage: StorageId, graph: &Graph) -> u64 {
+        graph.storages[storage].cost
+            + self.region_cost(graph, storage, Direction::Descendants)
+            + self.region_cost(graph, storage, Direction::Ancestors)
+    }
+}
+
 impl Heuristic for Dtr {
     fn name(&self) -> &'static str {
         "dtr"
@@ -81,11 +91,8 @@ impl Heuristic for Dtr {
     }
 
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
-        let graph = view.graph;
-        let cost = graph.storages[storage].cost
-            + self.region_cost(graph, storage, Direction::Descendants)
-            + self.region_cost(graph, storage, Direction::Ancestors);
-        cost_density(cost, storage, graph)
+        let cost = self.neighbourhood_cost(storage, view.graph);
+        cost_density(cost, storage, view.graph)
     }
 
     fn before_scoring(&mut self, graph: &Graph) {

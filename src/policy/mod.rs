@@ -110,7 +110,12 @@ const REGISTRY: &[(&str, MakeHeuristic)] = &[
     ("size", |_| Box::new(size::Size)),
     ("random", |seed| Box::new(random::Random::new(seed))),
     ("dte", |_| Box::new(dtr_eq::DtrEq::fragmentation_aware())),
-    ("coop", |_| Box::new(coop::Coop::default())),
+    ("coop", |_| {
+        Box::new(coop::Coop::<dtr_eq::DtrEq>::named("coop"))
+    }),
+    ("coop-dtr", |_| {
+        Box::new(coop::Coop::<dtr::Dtr>::named("coop-dtr"))
+    }),
 ];
 
 /// Names accepted by [`heuristic_by_name`].
