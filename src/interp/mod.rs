@@ -96,36 +96,43 @@ impl<B: Backend> Interpreter<B> {
         }
         let layout = Layout::contiguous(dims);
         let bytes = layout.numel() as u64 * ELEMENT_BYTES;
-        let block = self.reserve(&[bytes], eviction::RoomFor::Put(dims))?[0];
-        let buffer = match self.backend.upload(data, &layout) {
-            Ok(buffer) => buffer,
-            Err(error) => {
-                self.memory.free(block);
-                return Err(error);
-            }
-        };
-        let tensor = self.insert_put(layout, bytes, block, buffer);
-        if let Some(observer) = &mut self.observer {
-            observer.put(tensor, bytes, dims, Some(data));
-        }
-        Ok(tensor)
+        self.put_storage(layout, bytes, Some(data))
     }
 
     /// A put of `bytes` whose values are unknown (zeros on data backends):
     /// the constants of a data-free trace.
     pub fn put_opaque(&mut self, bytes: u64) -> Result<TensorId> {
         let layout = Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize]);
+        self.put_storage(layout, bytes, None)
+    }
+
+    /// Reserves memory, fills it (with `data`, or zeros) and records a put.
+    fn put_storage(
+        &mut self,
+        layout: Layout,
+        bytes: u64,
+        data: Option<&[f32]>,
+    ) -> Result<TensorId> {
         let block = self.reserve(&[bytes], eviction::RoomFor::Put(&layout.dims))?[0];
-        let buffer = match self.backend.allocate(&layout, bytes) {
+        let filled = match data {
+            Some(data) => self.backend.upload(data, &layout),
+            None => self.backend.allocate(&layout, bytes),
+        };
+        let buffer = match filled {
             Ok(buffer) => buffer,
             Err(error) => {
                 self.memory.free(block);
                 return Err(error);
             }
         };
+        let dims = if data.is_some() {
+            layout.dims.clone()
+        } else {
+            Default::default()
+        };
         let tensor = self.insert_put(layout, bytes, block, buffer);
         if let Some(observer) = &mut self.observer {
-            observer.put(tensor, bytes, &[], None);
+            observer.put(tensor, bytes, &dims, data);
         }
         Ok(tensor)
     }
