@@ -22,6 +22,7 @@ pub mod trace;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::simulator::SimulatorBackend;
+pub use backend::wgpu::{WgpuBackend, WgpuOptions};
 pub use backend::{Backend, BufferView};
 pub use config::Config;
 pub use error::{Error, Result};

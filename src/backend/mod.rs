@@ -6,6 +6,7 @@
 
 pub mod cpu;
 pub mod simulator;
+pub mod wgpu;
 
 use smallvec::SmallVec;
 
