@@ -11,7 +11,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use dtr::{BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, ScalarOp, TensorId, UnaryOp};
+use clap::ValueEnum;
+use dtr::{
+    Backend, BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, ScalarOp, TensorId, UnaryOp,
+    WgpuBackend, WgpuOptions,
+};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 #[derive(Parser, Debug, Clone)]
@@ -43,6 +47,15 @@ struct Args {
     /// Write the unbounded run's program as a dtr trace to this file.
     #[arg(long)]
     record: Option<std::path::PathBuf>,
+    /// Where the ops run.
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: BackendArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    Cpu,
+    Wgpu,
 }
 
 /// What one training run measured.
@@ -77,14 +90,15 @@ fn synthetic_batch(args: &Args, rng: &mut StdRng) -> (Vec<f32>, Vec<f32>) {
     (x, labels)
 }
 
-fn train(
+fn train<B: Backend>(
+    backend: B,
     args: &Args,
     budget_bytes: Option<u64>,
     record: Option<&std::path::Path>,
 ) -> dtr::Result<Run> {
     let mut config = Config::default().with_heuristic(args.heuristic.clone());
     config.budget_bytes = budget_bytes;
-    let mut dtr = Interpreter::new(CpuBackend::new(), config)?;
+    let mut dtr = Interpreter::new(backend, config)?;
     if let Some(path) = record {
         let io = |e: std::io::Error| {
             dtr::Error::InvalidArgument(format!("--record {}: {e}", path.display()))
@@ -194,7 +208,7 @@ fn train(
 
 /// `param - lr · grad`, detached so the new parameter carries no history.
 fn sgd_update(
-    dtr: &mut Interpreter<CpuBackend>,
+    dtr: &mut Interpreter<impl Backend>,
     param: TensorId,
     grad: TensorId,
     lr: f32,
@@ -228,9 +242,19 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let result = (|| {
-        let unbounded = train(&args, None, args.record.as_deref())?;
+        // Both runs on the chosen backend: the comparison is bit for bit.
+        let run = |budget: Option<u64>, record: Option<&std::path::Path>| match args.backend {
+            BackendArg::Cpu => train(CpuBackend::new(), &args, budget, record),
+            BackendArg::Wgpu => train(
+                WgpuBackend::new(&WgpuOptions::default())?,
+                &args,
+                budget,
+                record,
+            ),
+        };
+        let unbounded = run(None, args.record.as_deref())?;
         let budget = (unbounded.peak_bytes as f64 * args.budget_ratio) as u64;
-        let budgeted = train(&args, Some(budget), None)?;
+        let budgeted = run(Some(budget), None)?;
         Ok::<_, dtr::Error>((unbounded, budgeted))
     })();
     let (unbounded, budgeted) = match result {
@@ -253,6 +277,7 @@ fn main() -> ExitCode {
         .zip(&budgeted.losses)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     println!();
+    println!("backend              {:?}", args.backend);
     println!("heuristic            {}", args.heuristic);
     println!("unbounded peak       {}", mib(unbounded.peak_bytes));
     println!(

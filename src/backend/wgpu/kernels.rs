@@ -373,8 +373,8 @@ pub fn encode(
                 to_u32(b_stride, "stride")?,
             ];
             let groups = [
-                to_u32(nn.div_ceil(16), "tiles")?,
-                to_u32(m.div_ceil(16), "tiles")?,
+                to_u32(nn.div_ceil(64), "tiles")?,
+                to_u32(m.div_ceil(64), "tiles")?,
                 to_u32(batch, "batch")?,
             ];
             gpu.dispatch(
