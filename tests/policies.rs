@@ -202,3 +202,19 @@ fn arena_allocation_fails_on_fragmentation_when_nothing_can_move() {
         "a single hole still serves 100 B"
     );
 }
+
+#[test]
+fn arena_budget_can_be_set_late_raised_and_lifted() {
+    // Created unbounded: the arena opens when the budget arrives.
+    let mut dtr = sim(Config::default().with_memory(MemoryModel::Arena { alignment: 4 }));
+    dtr.set_budget_bytes(Some(200));
+    let a = tensor(&mut dtr, &[], 1, 100);
+    assert_eq!(dtr.memory().arena.unwrap().capacity_bytes, 200);
+    // Raised: more room at the end; lifted: no limit at all.
+    dtr.set_budget_bytes(Some(400));
+    tensor(&mut dtr, &[], 1, 300);
+    dtr.set_budget_bytes(None);
+    tensor(&mut dtr, &[a], 1, 10_000);
+    assert_eq!(dtr.stats().evictions, 0);
+    dtr.check_invariants().unwrap();
+}

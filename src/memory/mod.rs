@@ -33,20 +33,32 @@ impl MemoryModel {
 /// arena when there is one.
 #[derive(Debug, Clone)]
 pub struct Memory {
+    model: MemoryModel,
     counter: MemoryCounter,
     arena: Option<Arena>,
 }
 
 impl Memory {
-    /// An arena needs a budget; without one the model is a counter.
+    /// An arena needs a budget; until it has one the model is a counter.
     pub fn new(model: MemoryModel, budget_bytes: Option<u64>) -> Memory {
-        let arena = match (model, budget_bytes) {
-            (MemoryModel::Arena { alignment }, Some(budget)) => Some(Arena::new(budget, alignment)),
-            _ => None,
-        };
-        Memory {
+        let mut memory = Memory {
+            model,
             counter: MemoryCounter::new(budget_bytes),
-            arena,
+            arena: None,
+        };
+        memory.open_arena();
+        memory
+    }
+
+    /// Creates the arena once there is a budget and nothing is placed yet
+    /// (existing storages have no addresses to move into it).
+    fn open_arena(&mut self) {
+        if let (MemoryModel::Arena { alignment }, Some(budget), None) =
+            (self.model, self.counter.budget_bytes(), &self.arena)
+        {
+            if self.counter.in_use_bytes() == 0 {
+                self.arena = Some(Arena::new(budget, alignment));
+            }
         }
     }
 
@@ -58,10 +70,20 @@ impl Memory {
         self.arena.as_ref()
     }
 
+    /// A new budget; an existing arena grows to it, or shrinks as far as its
+    /// free tail allows; without a budget it no longer limits anything.
     pub fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
         self.counter.set_budget_bytes(budget_bytes);
-        if let (Some(arena), Some(budget)) = (&mut self.arena, budget_bytes) {
-            arena.resize(budget);
+        match (&mut self.arena, budget_bytes) {
+            (Some(arena), Some(budget)) => {
+                arena.resize(budget);
+            }
+            (None, Some(_)) => self.open_arena(),
+            // Unbounded: addresses stay, space is no longer the limit.
+            (Some(arena), None) => {
+                arena.resize(u64::MAX / 4);
+            }
+            (None, None) => {}
         }
     }
 
