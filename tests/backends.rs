@@ -24,6 +24,9 @@ const SUMS: f32 = 1e-4;
 /// Input values and shape.
 type Input = (Vec<f32>, Vec<usize>);
 
+/// Puts the inputs' ids in, gets the tensors to read out.
+type Program<'a, B> = &'a dyn Fn(&mut Interpreter<B>, &[TensorId]) -> Vec<TensorId>;
+
 fn random(seed: u64, dims: &[usize], lo: f32, hi: f32) -> Input {
     let mut rng = StdRng::seed_from_u64(seed);
     (
@@ -38,7 +41,7 @@ fn random(seed: u64, dims: &[usize], lo: f32, hi: f32) -> Input {
 fn run<B: Backend>(
     dtr: &mut Interpreter<B>,
     inputs: &[Input],
-    program: &dyn Fn(&mut Interpreter<B>, &[TensorId]) -> Vec<TensorId>,
+    program: Program<'_, B>,
 ) -> Vec<Vec<f32>> {
     let ids: Vec<TensorId> = inputs.iter().map(|(v, d)| dtr.put(v, d).unwrap()).collect();
     let outputs = program(dtr, &ids);
@@ -110,8 +113,8 @@ fn check<T: Target>(
     name: &str,
     tolerance: f32,
     inputs: &[Input],
-    program: &dyn Fn(&mut Interpreter<T::B>, &[TensorId]) -> Vec<TensorId>,
-    reference: &dyn Fn(&mut Interpreter<CpuBackend>, &[TensorId]) -> Vec<TensorId>,
+    program: Program<'_, T::B>,
+    reference: Program<'_, CpuBackend>,
 ) {
     let Some(mut target) = T::make(Config::default()) else {
         return;

@@ -170,7 +170,7 @@ impl WgpuBackend {
         if let Some(buffer) = self.free.get_mut(&size).and_then(Vec::pop) {
             return Ok(buffer);
         }
-        let max = self.device.limits().max_storage_buffer_binding_size as u64;
+        let max = self.device.limits().max_storage_buffer_binding_size;
         if size > max {
             return Err(fail(format!(
                 "a {size}-byte tensor exceeds this device's storage binding limit of {max} bytes"
