@@ -130,7 +130,10 @@ fn training_step<B: Backend>(
 fn steps<B: Backend>(make: &dyn Fn() -> B) -> (f64, f64) {
     let (batch, width, classes, layers) = (1024, 128, 10, 6);
     let run = |budget: Option<u64>| {
-        let config = Config { budget_bytes: budget, ..Config::default() };
+        let config = Config {
+            budget_bytes: budget,
+            ..Config::default()
+        };
         let mut dtr = Interpreter::new(make(), config).unwrap();
         let x = dtr.put(&values(batch * width, 3), &[batch, width]).unwrap();
         let labels: Vec<f32> = (0..batch).map(|i| (i % classes) as f32).collect();

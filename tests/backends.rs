@@ -11,6 +11,7 @@
 //! may add in another order (1e-4). Errors are relative to max(|reference|, 1).
 //! On the CPU itself the results must be bitwise equal.
 
+use dtr::memory::MemoryModel;
 use dtr::{
     Backend, BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, ScalarOp, TensorId, UnaryOp,
     WgpuBackend, WgpuOptions, Window2d,
@@ -390,8 +391,10 @@ fn bad_indices_are_errors<T: Target>() {
     assert_eq!(dtr.get_value(ok).unwrap(), vec![1.0, 2.0]);
 }
 
-/// DTR under a budget gives the unbounded run's values on this backend.
-fn budgeted_matches_unbounded<T: Target>() {
+/// DTR under a budget gives the unbounded run's values on this backend,
+/// counting bytes or placing them in an arena (on the GPU: ranges of one
+/// device buffer at the allocator's offsets).
+fn budgeted_matches_unbounded<T: Target>(memory: MemoryModel) {
     let program = |d: &mut Interpreter<T::B>, x: &[TensorId]| {
         let mut h = x[0];
         let mut kept = Vec::new();
@@ -399,7 +402,8 @@ fn budgeted_matches_unbounded<T: Target>() {
             let z = apply(d, Op::MatMul, &[h, x[1]])[0];
             h = apply(d, Op::Unary(UnaryOp::Tanh), &[z])[0];
             d.del(z).unwrap();
-            kept.push(h);
+            // The same storage bound twice in one dispatch.
+            kept.push(apply(d, Op::Binary(BinaryOp::Mul), &[h, h])[0]);
         }
         let mut total = kept[0];
         for &k in &kept[1..] {
@@ -469,7 +473,11 @@ macro_rules! suite {
             }
             #[test]
             fn budget_keeps_values() {
-                budgeted_matches_unbounded::<$target>();
+                budgeted_matches_unbounded::<$target>(MemoryModel::Counter);
+            }
+            #[test]
+            fn budget_keeps_values_in_arena() {
+                budgeted_matches_unbounded::<$target>(MemoryModel::arena());
             }
         }
     };

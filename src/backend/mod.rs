@@ -11,6 +11,7 @@ pub mod wgpu;
 use smallvec::SmallVec;
 
 use crate::error::Result;
+use crate::memory::Block;
 use crate::ops::{Op, Signature};
 use crate::shape::Layout;
 
@@ -38,21 +39,25 @@ pub trait Backend {
     /// A short name for messages (`"cpu"`, `"wgpu"`).
     fn name(&self) -> &'static str;
 
-    /// Copies host data (row-major, `layout.numel()` values) into a new buffer.
-    fn upload(&mut self, data: &[f32], layout: &Layout) -> Result<Self::Buffer>;
+    /// Copies host data (row-major, `layout.numel()` values) into a new
+    /// buffer. `at` is its place in the arena when memory is an arena
+    /// (backends that own one address space put it there; others ignore it).
+    fn upload(&mut self, data: &[f32], layout: &Layout, at: Option<Block>) -> Result<Self::Buffer>;
 
     /// A new buffer of `bytes` for a tensor whose values are not known (a
     /// constant in a data-free trace). Data backends fill it with zeros.
-    fn allocate(&mut self, layout: &Layout, bytes: u64) -> Result<Self::Buffer>;
+    fn allocate(&mut self, layout: &Layout, bytes: u64, at: Option<Block>) -> Result<Self::Buffer>;
 
     /// Runs `op` over `inputs`. Returns, in output order, a fresh buffer for
     /// every output that is not a view (`signature.outputs[i].alias_of` is
-    /// `None`) and `None` for views, which share their input's buffer.
+    /// `None`) and `None` for views, which share their input's buffer. `at`
+    /// gives the fresh outputs' arena places, in order, in arena memory.
     fn execute(
         &mut self,
         op: &Op,
         inputs: &[BufferView<'_, Self::Buffer>],
         signature: &Signature,
+        at: Option<&[Block]>,
     ) -> Result<SmallVec<[Option<Self::Buffer>; 2]>>;
 
     /// Reads a view back to the host, row-major.

@@ -6,6 +6,7 @@ use smallvec::SmallVec;
 
 use super::{Backend, BufferView};
 use crate::error::Result;
+use crate::memory::Block;
 use crate::ops::{Op, Signature};
 use crate::shape::Layout;
 
@@ -25,11 +26,11 @@ impl Backend for SimulatorBackend {
         "simulator"
     }
 
-    fn upload(&mut self, _data: &[f32], _layout: &Layout) -> Result<()> {
+    fn upload(&mut self, _data: &[f32], _layout: &Layout, _at: Option<Block>) -> Result<()> {
         Ok(())
     }
 
-    fn allocate(&mut self, _layout: &Layout, _bytes: u64) -> Result<()> {
+    fn allocate(&mut self, _layout: &Layout, _bytes: u64, _at: Option<Block>) -> Result<()> {
         Ok(())
     }
 
@@ -38,6 +39,7 @@ impl Backend for SimulatorBackend {
         _op: &Op,
         _inputs: &[BufferView<'_, ()>],
         signature: &Signature,
+        _at: Option<&[Block]>,
     ) -> Result<SmallVec<[Option<()>; 2]>> {
         Ok(signature
             .outputs

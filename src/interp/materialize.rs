@@ -130,7 +130,8 @@ impl<B: Backend> Interpreter<B> {
             .filter(|o| o.alias_of.is_none())
             .map(|o| o.bytes)
             .collect();
-        let mut blocks = self.reserve(&sizes, RoomFor::Op(node_id))?.into_iter();
+        let reserved = self.reserve(&sizes, RoomFor::Op(node_id))?;
+        let placed = self.memory.arena().is_some().then_some(reserved.as_slice());
 
         let node = &self.graph.nodes[node_id];
         let views: SmallVec<[BufferView<'_, B::Buffer>; 4]> = node
@@ -144,7 +145,10 @@ impl<B: Backend> Interpreter<B> {
                 }
             })
             .collect();
-        let results = self.backend.execute(&node.op, &views, &node.signature);
+        let results = self
+            .backend
+            .execute(&node.op, &views, &node.signature, placed);
+        let mut blocks = reserved.into_iter();
         drop(views);
         let results = match results {
             Ok(results) => results,

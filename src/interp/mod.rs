@@ -114,9 +114,10 @@ impl<B: Backend> Interpreter<B> {
         data: Option<&[f32]>,
     ) -> Result<TensorId> {
         let block = self.reserve(&[bytes], eviction::RoomFor::Put(&layout.dims))?[0];
+        let at = self.memory.arena().map(|_| block);
         let filled = match data {
-            Some(data) => self.backend.upload(data, &layout),
-            None => self.backend.allocate(&layout, bytes),
+            Some(data) => self.backend.upload(data, &layout, at),
+            None => self.backend.allocate(&layout, bytes, at),
         };
         let buffer = match filled {
             Ok(buffer) => buffer,

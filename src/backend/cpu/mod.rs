@@ -10,6 +10,7 @@ use smallvec::{smallvec, SmallVec};
 
 use super::{Backend, BufferView};
 use crate::error::{Error, Result};
+use crate::memory::Block;
 use crate::ops::{BinaryOp, Op, ReduceOp, ScalarOp, Signature, UnaryOp};
 use crate::shape::{broadcast_layout, resolve_axis, Layout};
 
@@ -30,7 +31,7 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
-    fn upload(&mut self, data: &[f32], layout: &Layout) -> Result<Vec<f32>> {
+    fn upload(&mut self, data: &[f32], layout: &Layout, _at: Option<Block>) -> Result<Vec<f32>> {
         if data.len() != layout.numel() {
             return Err(Error::InvalidArgument(format!(
                 "{} values given for a tensor of shape {:?} ({} elements)",
@@ -42,7 +43,7 @@ impl Backend for CpuBackend {
         Ok(data.to_vec())
     }
 
-    fn allocate(&mut self, layout: &Layout, _bytes: u64) -> Result<Vec<f32>> {
+    fn allocate(&mut self, layout: &Layout, _bytes: u64, _at: Option<Block>) -> Result<Vec<f32>> {
         Ok(vec![0.0; layout.numel()])
     }
 
@@ -51,6 +52,7 @@ impl Backend for CpuBackend {
         op: &Op,
         inputs: &[BufferView<'_, Vec<f32>>],
         signature: &Signature,
+        _at: Option<&[Block]>,
     ) -> Result<SmallVec<[Option<Vec<f32>>; 2]>> {
         let out_dims = |i: usize| signature.outputs[i].layout.dims.as_slice();
         let input = |i: usize| packed(inputs[i]);
@@ -394,7 +396,7 @@ mod tests {
             .collect();
         let sig = op.signature(&layouts.iter().collect::<Vec<_>>()).unwrap();
         CpuBackend
-            .execute(&op, &views, &sig)
+            .execute(&op, &views, &sig, None)
             .unwrap()
             .into_iter()
             .map(|b| b.unwrap())

@@ -1,6 +1,6 @@
 //! Which WGSL kernel runs each op, with what parameters and bindings.
 
-use super::{fail, WgpuBackend, WgpuBuffer};
+use super::{fail, Slice, WgpuBackend, WgpuBuffer};
 use crate::backend::BufferView;
 use crate::error::Result;
 use crate::ops::{BinaryOp, Op, ReduceOp, ScalarOp, Signature, UnaryOp, Window2d};
@@ -236,7 +236,12 @@ pub fn encode(
     signature: &Signature,
     outputs: &[Option<WgpuBuffer>],
 ) -> Result<()> {
-    let out = |k: usize| -> &wgpu::Buffer { &outputs[k].as_ref().expect("fresh output").buffer };
+    let ins: Vec<Slice> = inputs.iter().map(|v| gpu.slice(v.buffer)).collect();
+    let outs: Vec<Option<Slice>> = outputs
+        .iter()
+        .map(|o| o.as_ref().map(|b| gpu.slice(b)))
+        .collect();
+    let out = |k: usize| -> &Slice { outs[k].as_ref().expect("fresh output") };
     let out_layout = &signature.outputs[0].layout;
     let out_dims: &[usize] = &out_layout.dims;
     let n = out_layout.numel();
@@ -252,12 +257,7 @@ pub fn encode(
         // is the reshaped tensor's too.
         Op::Reshape { .. } | Op::Contiguous => {
             let input = inputs[0].layout;
-            gpu.copy(
-                &inputs[0].buffer.buffer,
-                input,
-                out(0),
-                &Layout::contiguous(&input.dims),
-            )
+            gpu.copy(&ins[0], input, out(0), &Layout::contiguous(&input.dims))
         }
         Op::Fill { value, .. } => {
             gpu.dispatch(
@@ -275,7 +275,7 @@ pub fn encode(
                 gpu.dispatch(
                     Kernel::Unary4,
                     &params,
-                    &[(1, &a.buffer.buffer), (3, out(0))],
+                    &[(1, &ins[0]), (3, out(0))],
                     groups_for(n32 / 4),
                 );
             } else {
@@ -284,7 +284,7 @@ pub fn encode(
                 gpu.dispatch(
                     Kernel::Unary,
                     &params,
-                    &[(1, &a.buffer.buffer), (3, out(0))],
+                    &[(1, &ins[0]), (3, out(0))],
                     groups_for(n32),
                 );
             }
@@ -297,7 +297,7 @@ pub fn encode(
                 gpu.dispatch(
                     Kernel::Scalar4,
                     &params,
-                    &[(1, &a.buffer.buffer), (3, out(0))],
+                    &[(1, &ins[0]), (3, out(0))],
                     groups_for(n32 / 4),
                 );
             } else {
@@ -306,7 +306,7 @@ pub fn encode(
                 gpu.dispatch(
                     Kernel::Scalar,
                     &params,
-                    &[(1, &a.buffer.buffer), (3, out(0))],
+                    &[(1, &ins[0]), (3, out(0))],
                     groups_for(n32),
                 );
             }
@@ -316,7 +316,7 @@ pub fn encode(
             let (x, y) = (inputs[0], inputs[1]);
             if vec4_ready(x.layout, out_dims) && vec4_ready(y.layout, out_dims) {
                 let params = [n32 / 4, binary_code(*b), 0];
-                let bindings = [(1, &x.buffer.buffer), (2, &y.buffer.buffer), (3, out(0))];
+                let bindings = [(1, &ins[0]), (2, &ins[1]), (3, out(0))];
                 gpu.dispatch(Kernel::Binary4, &params, &bindings, groups_for(n32 / 4));
             } else {
                 let (Some(lx), Some(ly)) = (
@@ -327,7 +327,7 @@ pub fn encode(
                 };
                 let params =
                     strided_params(n, binary_code(*b), 0.0, out_dims, &lx, Some(&ly), None)?;
-                let bindings = [(1, &x.buffer.buffer), (2, &y.buffer.buffer), (3, out(0))];
+                let bindings = [(1, &ins[0]), (2, &ins[1]), (3, out(0))];
                 gpu.dispatch(Kernel::Binary, &params, &bindings, groups_for(n32));
             }
             Ok(())
@@ -343,7 +343,7 @@ pub fn encode(
                 Some(s.layout),
                 None,
             )?;
-            let bindings = [(1, &g.buffer.buffer), (2, &s.buffer.buffer), (3, out(0))];
+            let bindings = [(1, &ins[0]), (2, &ins[1]), (3, out(0))];
             gpu.dispatch(Kernel::UnaryBackward, &params, &bindings, groups_for(n32));
             Ok(())
         }
@@ -351,12 +351,12 @@ pub fn encode(
             let target = Layout::contiguous(out_dims);
             let a = resolve_axis(*axis, out_dims.len()).unwrap_or(0);
             let mut start = 0;
-            for input in inputs {
+            for (input, slice) in inputs.iter().zip(&ins) {
                 let mut slab = target.clone();
                 slab.dims[a] = input.layout.dims[a];
                 slab.offset = start * target.strides[a];
                 start += input.layout.dims[a];
-                gpu.copy(&input.buffer.buffer, input.layout, out(0), &slab)?;
+                gpu.copy(slice, input.layout, out(0), &slab)?;
             }
             Ok(())
         }
@@ -460,7 +460,7 @@ pub fn encode(
         Op::LayerNormBackward => {
             let d = *inputs[1].layout.dims.last().unwrap_or(&1);
             let rows = inputs[1].layout.numel() / d.max(1);
-            let packed: Vec<wgpu::Buffer> = inputs
+            let packed: Vec<Slice> = inputs
                 .iter()
                 .map(|v| gpu.packed(*v))
                 .collect::<Result<_>>()?;
@@ -595,7 +595,7 @@ pub fn encode(
             let (vocab, d) = (inputs[0].layout.dims[0], inputs[0].layout.dims[1]);
             let rows = inputs[1].layout.numel();
             let (weight, indices) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let status = gpu.status.clone();
+            let status = Slice::whole(&gpu.status);
             let params = [
                 to_u32(rows, "rows")?,
                 to_u32(d, "width")?,
@@ -614,7 +614,7 @@ pub fn encode(
             let d = *inputs[0].layout.dims.last().unwrap_or(&1);
             let rows = inputs[1].layout.numel();
             let (dy, indices) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let status = gpu.status.clone();
+            let status = Slice::whole(&gpu.status);
             let params = [
                 to_u32(rows, "rows")?,
                 to_u32(d, "width")?,
@@ -633,9 +633,10 @@ pub fn encode(
         Op::CrossEntropy => {
             let (rows, classes) = (inputs[0].layout.dims[0], inputs[0].layout.dims[1]);
             let (logits, targets) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let losses = gpu.buffer(rows as u64 * 4)?;
-            gpu.scratch.push(losses.clone());
-            let status = gpu.status.clone();
+            let scratch = gpu.buffer(rows as u64 * 4)?;
+            gpu.scratch.push(scratch.clone());
+            let losses = Slice::whole(&scratch);
+            let status = Slice::whole(&gpu.status);
             let params = [to_u32(rows, "rows")?, to_u32(classes, "classes")?, 0, 0];
             let bindings = [(1, &logits), (2, &targets), (3, &losses), (4, &status)];
             gpu.dispatch(
@@ -653,7 +654,7 @@ pub fn encode(
                 gpu.packed(inputs[1])?,
                 gpu.packed(inputs[2])?,
             );
-            let status = gpu.status.clone();
+            let status = Slice::whole(&gpu.status);
             let params = [to_u32(rows, "rows")?, to_u32(classes, "classes")?, 0, n32];
             let bindings = [
                 (1, &logits),
@@ -675,8 +676,8 @@ pub fn encode(
 
 fn reduce(
     gpu: &mut WgpuBackend,
-    a: &wgpu::Buffer,
-    out: &wgpu::Buffer,
+    a: &Slice,
+    out: &Slice,
     (outer, len, inner): (usize, usize, usize),
     op: u32,
 ) -> Result<()> {

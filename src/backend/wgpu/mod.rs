@@ -1,8 +1,12 @@
 //! The GPU backend: WGSL compute kernels (`shaders/`) through wgpu.
 //!
-//! Every storage owns a device buffer, taken from a pool of freed buffers
-//! of the same size; the interpreter's budget decides how many exist at
-//! once. Ops are encoded into one command encoder and submitted in batches
+//! In counter memory every storage owns a device buffer, taken from a pool
+//! of freed buffers of the same size. In arena memory every storage is the
+//! range of one device buffer at the offset the interpreter's allocator
+//! chose, so the budget governs device addresses for real: evicting frees
+//! the range, rematerialising writes it again (all bindings are then
+//! read_write, since wgpu forbids binding one buffer read-only and
+//! read_write in the same dispatch). Ops are encoded into one command encoder and submitted in batches
 //! without waiting: only [`Backend::read`] waits for the GPU. Elementwise
 //! kernels read strided inputs directly (views and broadcasting cost no
 //! copy); other kernels take packed inputs, made by a strided copy kernel
@@ -23,6 +27,7 @@ use wgpu::util::DeviceExt;
 
 use super::{Backend, BufferView};
 use crate::error::{Error, Result};
+use crate::memory::Block;
 use crate::ops::{Op, Signature};
 use crate::shape::Layout;
 
@@ -54,18 +59,43 @@ impl Default for WgpuOptions {
     }
 }
 
-/// A device buffer holding one storage (its size a multiple of 4 bytes).
+/// Where one storage's bytes are on the device.
 #[derive(Debug)]
-pub struct WgpuBuffer {
+pub enum WgpuBuffer {
+    /// A pooled buffer of its own (counter memory).
+    Owned(wgpu::Buffer),
+    /// Bytes `offset..offset + size` of the backend's arena buffer (arena
+    /// memory: the interpreter's allocator chose the offset).
+    Range { offset: u64, size: u64 },
+}
+
+/// A range of a device buffer, as bound to a kernel.
+#[derive(Debug, Clone)]
+pub(crate) struct Slice {
     buffer: wgpu::Buffer,
+    offset: u64,
+    size: u64,
+}
+
+impl Slice {
+    fn whole(buffer: &wgpu::Buffer) -> Slice {
+        Slice {
+            buffer: buffer.clone(),
+            offset: 0,
+            size: buffer.size(),
+        }
+    }
 }
 
 pub struct WgpuBackend {
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
-    pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
-    modules: HashMap<&'static str, wgpu::ShaderModule>,
+    /// By kernel and whether every binding is read_write (arena memory:
+    /// wgpu forbids binding one buffer both read-only and read_write in a
+    /// dispatch, and there inputs and outputs share the arena buffer).
+    pipelines: HashMap<(Kernel, bool), wgpu::ComputePipeline>,
+    modules: HashMap<(&'static str, bool), wgpu::ShaderModule>,
     encoder: Option<wgpu::CommandEncoder>,
     encoded: usize,
     /// Freed buffers by size, reused before creating new ones.
@@ -74,6 +104,8 @@ pub struct WgpuBackend {
     scratch: Vec<wgpu::Buffer>,
     /// Device-side flag set by kernels that meet a bad index.
     status: wgpu::Buffer,
+    /// The one buffer arena memory places storages in; grown on demand.
+    arena: Option<wgpu::Buffer>,
     /// The first error wgpu reported outside an error scope.
     uncaptured: Arc<Mutex<Option<String>>>,
 }
@@ -142,6 +174,7 @@ impl WgpuBackend {
             free: HashMap::new(),
             scratch: Vec::new(),
             status,
+            arena: None,
             uncaptured,
         })
     }
@@ -163,14 +196,22 @@ impl WgpuBackend {
         }
     }
 
-    /// A device buffer of at least `bytes`, from the pool or new. Creation
-    /// runs in error scopes, so running out of device memory is an error.
+    /// A device buffer of at least `bytes`, from the pool or new.
     fn buffer(&mut self, bytes: u64) -> Result<wgpu::Buffer> {
         let size = bytes.max(4).div_ceil(4) * 4;
         if let Some(buffer) = self.free.get_mut(&size).and_then(Vec::pop) {
             return Ok(buffer);
         }
-        let max = self.device.limits().max_storage_buffer_binding_size;
+        self.create(size)
+    }
+
+    /// A new device buffer. Creation runs in error scopes, so running out of
+    /// device memory is an error, not a panic.
+    fn create(&mut self, size: u64) -> Result<wgpu::Buffer> {
+        let limits = self.device.limits();
+        let max = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
         if size > max {
             return Err(fail(format!(
                 "a {size}-byte tensor exceeds this device's storage binding limit of {max} bytes"
@@ -194,14 +235,82 @@ impl WgpuBackend {
         }
     }
 
-    fn recycle(&mut self, buffer: wgpu::Buffer) {
-        self.free.entry(buffer.size()).or_default().push(buffer);
+    fn recycle(&mut self, buffer: WgpuBuffer) {
+        if let WgpuBuffer::Owned(buffer) = buffer {
+            self.free.entry(buffer.size()).or_default().push(buffer);
+        }
+    }
+
+    /// The device range behind a storage.
+    pub(crate) fn slice(&self, buffer: &WgpuBuffer) -> Slice {
+        match buffer {
+            WgpuBuffer::Owned(buffer) => Slice::whole(buffer),
+            WgpuBuffer::Range { offset, size } => Slice {
+                buffer: self.arena.clone().expect("ranges exist only with an arena"),
+                offset: *offset,
+                size: *size,
+            },
+        }
+    }
+
+    /// The arena range for `block`, growing the arena buffer (copying what
+    /// it holds) when the block ends past it.
+    fn place(&mut self, block: Block) -> Result<WgpuBuffer> {
+        let alignment = self.device.limits().min_storage_buffer_offset_alignment as u64;
+        if block.offset % alignment != 0 {
+            return Err(fail(format!(
+                "arena offset {} is not a multiple of this device's storage offset alignment {alignment}; \
+                 use an arena alignment of at least {alignment}",
+                block.offset
+            )));
+        }
+        let size = block.size.max(4).div_ceil(4) * 4;
+        let end = block.offset + size;
+        let capacity = self.arena.as_ref().map_or(0, wgpu::Buffer::size);
+        if end > capacity {
+            // One buffer, as large as one binding may be: a budget past that
+            // is refused by `create` with the device's limit in the message.
+            let limits = self.device.limits();
+            let max = limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size);
+            let grown = end.max(capacity.saturating_mul(2)).min(max).max(end);
+            let bigger = self.create(grown)?;
+            if let Some(old) = self.arena.take() {
+                let encoder = self.encoder.get_or_insert_with(|| {
+                    self.device
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                            label: Some("dtr batch"),
+                        })
+                });
+                encoder.copy_buffer_to_buffer(&old, 0, &bigger, 0, capacity);
+            }
+            self.arena = Some(bigger);
+        }
+        Ok(WgpuBuffer::Range {
+            offset: block.offset,
+            size,
+        })
+    }
+
+    /// A fresh buffer for `bytes`: at `at` in the arena, or from the pool.
+    fn output(&mut self, bytes: u64, at: Option<Block>) -> Result<WgpuBuffer> {
+        match at {
+            Some(block) => self.place(block),
+            None => Ok(WgpuBuffer::Owned(self.buffer(bytes)?)),
+        }
     }
 
     fn pipeline(&mut self, kernel: Kernel) -> &wgpu::ComputePipeline {
-        if !self.pipelines.contains_key(&kernel) {
+        let writable = self.arena.is_some();
+        if !self.pipelines.contains_key(&(kernel, writable)) {
             let (file, source) = kernel.module();
-            let module = self.modules.entry(file).or_insert_with(|| {
+            let module = self.modules.entry((file, writable)).or_insert_with(|| {
+                let source = if writable {
+                    source.replace("var<storage, read>", "var<storage, read_write>")
+                } else {
+                    source.to_string()
+                };
                 self.device
                     .create_shader_module(wgpu::ShaderModuleDescriptor {
                         label: Some(file),
@@ -218,9 +327,9 @@ impl WgpuBackend {
                     compilation_options: Default::default(),
                     cache: None,
                 });
-            self.pipelines.insert(kernel, pipeline);
+            self.pipelines.insert((kernel, writable), pipeline);
         }
-        &self.pipelines[&kernel]
+        &self.pipelines[&(kernel, writable)]
     }
 
     /// Encodes one dispatch; `bindings` must be exactly the kernel's.
@@ -228,7 +337,7 @@ impl WgpuBackend {
         &mut self,
         kernel: Kernel,
         params: &[u32],
-        bindings: &[(u32, &wgpu::Buffer)],
+        bindings: &[(u32, &Slice)],
         groups: [u32; 3],
     ) {
         let params = self
@@ -246,9 +355,13 @@ impl WgpuBackend {
         entries.extend(
             bindings
                 .iter()
-                .map(|(binding, buffer)| wgpu::BindGroupEntry {
+                .map(|(binding, slice)| wgpu::BindGroupEntry {
                     binding: *binding,
-                    resource: buffer.as_entire_binding(),
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &slice.buffer,
+                        offset: slice.offset,
+                        size: std::num::NonZeroU64::new(slice.size),
+                    }),
                 }),
         );
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -285,34 +398,30 @@ impl WgpuBackend {
         }
         self.encoded = 0;
         for buffer in std::mem::take(&mut self.scratch) {
-            self.recycle(buffer);
+            self.recycle(WgpuBuffer::Owned(buffer));
         }
     }
 
-    /// A packed (row-major, offset 0) buffer with the view's elements:
-    /// the view's own buffer when it already is, else a copy.
-    fn packed(&mut self, view: BufferView<'_, WgpuBuffer>) -> Result<wgpu::Buffer> {
+    /// A packed (row-major, offset 0) slice with the view's elements:
+    /// the view's own memory when it already is, else a scratch copy.
+    pub(crate) fn packed(&mut self, view: BufferView<'_, WgpuBuffer>) -> Result<Slice> {
         let layout = view.layout;
+        let slice = self.slice(view.buffer);
         if layout.is_contiguous() && layout.offset == 0 {
-            return Ok(view.buffer.buffer.clone());
+            return Ok(slice);
         }
-        let out = self.buffer(layout.numel() as u64 * 4)?;
-        self.copy(
-            &view.buffer.buffer,
-            layout,
-            &out,
-            &Layout::contiguous(&layout.dims),
-        )?;
-        self.scratch.push(out.clone());
+        let out = Slice::whole(&self.buffer(layout.numel() as u64 * 4)?);
+        self.copy(&slice, layout, &out, &Layout::contiguous(&layout.dims))?;
+        self.scratch.push(out.buffer.clone());
         Ok(out)
     }
 
     /// Strided copy from `from` (as `source`) into `to` (as `target`), same dims.
-    fn copy(
+    pub(crate) fn copy(
         &mut self,
-        from: &wgpu::Buffer,
+        from: &Slice,
         source: &Layout,
-        to: &wgpu::Buffer,
+        to: &Slice,
         target: &Layout,
     ) -> Result<()> {
         let params = kernels::strided_params(
@@ -343,7 +452,7 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
-    fn upload(&mut self, data: &[f32], layout: &Layout) -> Result<WgpuBuffer> {
+    fn upload(&mut self, data: &[f32], layout: &Layout, at: Option<Block>) -> Result<WgpuBuffer> {
         if data.len() != layout.numel() {
             return Err(Error::InvalidArgument(format!(
                 "{} values given for a tensor of shape {:?}",
@@ -351,26 +460,30 @@ impl Backend for WgpuBackend {
                 layout.dims.as_slice()
             )));
         }
-        let bytes = data.len() as u64 * 4;
-        let buffer = self.buffer(bytes)?;
+        let buffer = self.output(data.len() as u64 * 4, at)?;
         if !data.is_empty() {
+            // A queue write runs before the next submission's commands: send
+            // the pending ones first, since they may still read this memory's
+            // previous contents.
+            self.submit();
+            let slice = self.slice(&buffer);
             self.queue
-                .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+                .write_buffer(&slice.buffer, slice.offset, bytemuck::cast_slice(data));
         }
-        Ok(WgpuBuffer { buffer })
+        Ok(buffer)
     }
 
-    fn allocate(&mut self, layout: &Layout, _bytes: u64) -> Result<WgpuBuffer> {
-        let bytes = layout.numel() as u64 * 4;
-        let buffer = self.buffer(bytes)?;
+    fn allocate(&mut self, layout: &Layout, _bytes: u64, at: Option<Block>) -> Result<WgpuBuffer> {
+        let buffer = self.output(layout.numel() as u64 * 4, at)?;
         let params = [layout.numel() as u32, 0, 0, 0f32.to_bits()];
+        let slice = self.slice(&buffer);
         self.dispatch(
             Kernel::Fill,
             &params,
-            &[(3, &buffer)],
+            &[(3, &slice)],
             kernels::groups_for(layout.numel() as u32),
         );
-        Ok(WgpuBuffer { buffer })
+        Ok(buffer)
     }
 
     fn execute(
@@ -378,23 +491,20 @@ impl Backend for WgpuBackend {
         op: &Op,
         inputs: &[BufferView<'_, WgpuBuffer>],
         signature: &Signature,
+        at: Option<&[Block]>,
     ) -> Result<SmallVec<[Option<WgpuBuffer>; 2]>> {
         let mut outputs: SmallVec<[Option<WgpuBuffer>; 2]> = smallvec![];
+        let mut places = at.unwrap_or(&[]).iter();
         for spec in &signature.outputs {
             outputs.push(match spec.alias_of {
                 Some(_) => None,
-                None => {
-                    let bytes = spec.layout.numel() as u64 * 4;
-                    Some(WgpuBuffer {
-                        buffer: self.buffer(bytes)?,
-                    })
-                }
+                None => Some(self.output(spec.layout.numel() as u64 * 4, places.next().copied())?),
             });
         }
         let result = kernels::encode(self, op, inputs, signature, &outputs);
         if let Err(error) = result.and_then(|()| self.check_uncaptured()) {
             for buffer in outputs.into_iter().flatten() {
-                self.recycle(buffer.buffer);
+                self.recycle(buffer);
             }
             return Err(error);
         }
@@ -418,7 +528,7 @@ impl Backend for WgpuBackend {
                 })
         });
         if bytes > 0 {
-            encoder.copy_buffer_to_buffer(&source, 0, &staging, 4, bytes);
+            encoder.copy_buffer_to_buffer(&source.buffer, source.offset, &staging, 4, bytes);
         }
         encoder.copy_buffer_to_buffer(&self.status, 0, &staging, 0, 4);
         self.submit();
@@ -454,6 +564,6 @@ impl Backend for WgpuBackend {
     }
 
     fn release(&mut self, buffer: WgpuBuffer) {
-        self.recycle(buffer.buffer);
+        self.recycle(buffer);
     }
 }
