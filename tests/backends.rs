@@ -420,10 +420,18 @@ fn budgeted_matches_unbounded<T: Target>(memory: MemoryModel) {
     };
     let expected = run(&mut unbounded, &inputs, &program);
     let peak = unbounded.memory().peak_bytes;
-    let Some(mut bounded) = T::make(Config::default().with_budget_bytes(peak / 2)) else {
+    // Arena blocks are 256-byte aligned; the tensors here are 16 KiB.
+    let config = Config::default()
+        .with_budget_bytes(peak / 2)
+        .with_memory(memory);
+    let Some(mut bounded) = T::make(config) else {
         return;
     };
     let got = run(&mut bounded, &inputs, &program);
+    assert_eq!(
+        bounded.memory().arena.is_some(),
+        memory != MemoryModel::Counter
+    );
     assert!(
         bounded.stats().rematerializations > 0,
         "the budget should force recomputation"
