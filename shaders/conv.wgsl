@@ -9,10 +9,6 @@
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-fn element(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return (gid.y * groups.x * 256u) + gid.x;
-}
-
 // a = x, b = weight.
 @compute @workgroup_size(256)
 fn conv2d(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {

@@ -14,12 +14,10 @@
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
+// element() comes from common.wgsl (prepended by the backend).
+
 const SQRT_2_OVER_PI: f32 = 0.7978846;
 const GELU_CUBIC: f32 = 0.044715;
-
-fn element(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return (gid.y * groups.x * 256u) + gid.x;
-}
 
 // Storage offsets of element i in a, b and out.
 fn offsets(i: u32) -> vec3<u32> {

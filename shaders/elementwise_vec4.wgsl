@@ -11,10 +11,6 @@
 const SQRT_2_OVER_PI: f32 = 0.7978846;
 const GELU_CUBIC: f32 = 0.044715;
 
-fn element(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return (gid.y * groups.x * 256u) + gid.x;
-}
-
 fn unary_op(op: u32, x: vec4<f32>) -> vec4<f32> {
     switch op {
         case 0u: { return -x; }

@@ -15,19 +15,7 @@
 @group(0) @binding(8) var<storage, read_write> out1: array<f32>;
 @group(0) @binding(9) var<storage, read_write> out2: array<f32>;
 
-var<workgroup> scratch: array<f32, 256>;
-
-fn reduce_sum(lid: u32, v: f32) -> f32 {
-    scratch[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (lid < s) { scratch[lid] += scratch[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = scratch[0];
-    workgroupBarrier();
-    return total;
-}
+// reduce_sum comes from workgroup_reduce.wgsl (prepended by the backend).
 
 // out0 = y, out1 = mean, out2 = rstd.
 @compute @workgroup_size(256)

@@ -11,10 +11,6 @@
 @group(0) @binding(4) var<storage, read_write> status: array<atomic<u32>>;
 @group(0) @binding(5) var<storage, read> grad: array<f32>;
 
-fn element(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return (gid.y * groups.x * 256u) + gid.x;
-}
-
 fn checked(v: f32, limit: u32) -> u32 {
     if (v < 0.0 || v >= f32(limit) || v != floor(v)) {
         atomicStore(&status[0], 1u);

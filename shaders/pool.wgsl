@@ -10,10 +10,6 @@
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-fn element(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return (gid.y * groups.x * 256u) + gid.x;
-}
-
 // Index (in the plane) of the first maximum of window (oy, ox) of plane p in `b`.
 fn first_max(p: u32, oy: u32, ox: u32) -> i32 {
     let H = params[1]; let W = params[2];

@@ -9,31 +9,7 @@
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-var<workgroup> scratch: array<f32, 256>;
-
-fn reduce_sum(lid: u32, v: f32) -> f32 {
-    scratch[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (lid < s) { scratch[lid] += scratch[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = scratch[0];
-    workgroupBarrier();
-    return total;
-}
-
-fn reduce_max(lid: u32, v: f32) -> f32 {
-    scratch[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (lid < s) { scratch[lid] = max(scratch[lid], scratch[lid + s]); }
-        workgroupBarrier();
-    }
-    let best = scratch[0];
-    workgroupBarrier();
-    return best;
-}
+// reduce_sum and reduce_max come from workgroup_reduce.wgsl, element() from common.wgsl.
 
 fn at(row: u32, l: u32) -> u32 {
     let inner = params[2];

@@ -42,37 +42,60 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    /// The shader file and its source.
-    pub fn module(self) -> (&'static str, &'static str) {
+    /// The shader file and the sources that make its module, in order: the
+    /// shared prelude, any helpers, then the file itself.
+    pub fn module(self) -> (&'static str, &'static [&'static str]) {
         use Kernel::*;
+        const COMMON: &str = include_str!("../../../shaders/common.wgsl");
+        const REDUCE: &str = include_str!("../../../shaders/workgroup_reduce.wgsl");
         match self {
             Unary | UnaryBackward | Binary | Scalar | Copy | Fill => (
                 "elementwise.wgsl",
-                include_str!("../../../shaders/elementwise.wgsl"),
+                &[COMMON, include_str!("../../../shaders/elementwise.wgsl")],
             ),
             Unary4 | Binary4 | Scalar4 => (
                 "elementwise_vec4.wgsl",
-                include_str!("../../../shaders/elementwise_vec4.wgsl"),
+                &[
+                    COMMON,
+                    include_str!("../../../shaders/elementwise_vec4.wgsl"),
+                ],
             ),
-            MatMul => ("matmul.wgsl", include_str!("../../../shaders/matmul.wgsl")),
-            Reduce => ("reduce.wgsl", include_str!("../../../shaders/reduce.wgsl")),
+            MatMul => (
+                "matmul.wgsl",
+                &[COMMON, include_str!("../../../shaders/matmul.wgsl")],
+            ),
+            Reduce => (
+                "reduce.wgsl",
+                &[COMMON, include_str!("../../../shaders/reduce.wgsl")],
+            ),
             Softmax | SoftmaxBackward => (
                 "softmax.wgsl",
-                include_str!("../../../shaders/softmax.wgsl"),
+                &[
+                    COMMON,
+                    REDUCE,
+                    include_str!("../../../shaders/softmax.wgsl"),
+                ],
             ),
             LayerNorm | LayerNormBackwardInput | LayerNormBackwardParams => (
                 "layer_norm.wgsl",
-                include_str!("../../../shaders/layer_norm.wgsl"),
+                &[
+                    COMMON,
+                    REDUCE,
+                    include_str!("../../../shaders/layer_norm.wgsl"),
+                ],
             ),
-            Conv2d | Conv2dBackwardData | Conv2dBackwardWeight => {
-                ("conv.wgsl", include_str!("../../../shaders/conv.wgsl"))
-            }
-            MaxPool | MaxPoolBackward | AvgPool | AvgPoolBackward => {
-                ("pool.wgsl", include_str!("../../../shaders/pool.wgsl"))
-            }
-            Embedding | EmbeddingBackward | CrossEntropyRows | CrossEntropyBackward => {
-                ("lookup.wgsl", include_str!("../../../shaders/lookup.wgsl"))
-            }
+            Conv2d | Conv2dBackwardData | Conv2dBackwardWeight => (
+                "conv.wgsl",
+                &[COMMON, include_str!("../../../shaders/conv.wgsl")],
+            ),
+            MaxPool | MaxPoolBackward | AvgPool | AvgPoolBackward => (
+                "pool.wgsl",
+                &[COMMON, include_str!("../../../shaders/pool.wgsl")],
+            ),
+            Embedding | EmbeddingBackward | CrossEntropyRows | CrossEntropyBackward => (
+                "lookup.wgsl",
+                &[COMMON, include_str!("../../../shaders/lookup.wgsl")],
+            ),
         }
     }
 

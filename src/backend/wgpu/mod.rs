@@ -304,12 +304,13 @@ impl WgpuBackend {
     fn pipeline(&mut self, kernel: Kernel) -> &wgpu::ComputePipeline {
         let writable = self.arena.is_some();
         if !self.pipelines.contains_key(&(kernel, writable)) {
-            let (file, source) = kernel.module();
+            let (file, parts) = kernel.module();
             let module = self.modules.entry((file, writable)).or_insert_with(|| {
+                let source = parts.concat();
                 let source = if writable {
                     source.replace("var<storage, read>", "var<storage, read_write>")
                 } else {
-                    source.to_string()
+                    source
                 };
                 self.device
                     .create_shader_module(wgpu::ShaderModuleDescriptor {
