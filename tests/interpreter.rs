@@ -381,3 +381,26 @@ fn detach_cuts_history_so_training_loops_do_not_grow() {
         .unwrap();
     assert!(matches!(dtr.detach(v), Err(Error::InvalidArgument(_))));
 }
+
+#[test]
+fn thrashing_is_an_error_that_leaves_state_consistent() {
+    let mut dtr = interpreter(Config::default().with_remat_limit(3));
+    let mut last = dtr.apply1(Op::fill(&[1], 0.0), &[]).unwrap();
+    for _ in 0..8 {
+        let next = add_scalar(&mut dtr, last, 1.0);
+        dtr.del(last).unwrap(); // evicted eagerly, history kept
+        last = next;
+    }
+    dtr.set_budget_bytes(Some(8));
+    let filler = dtr.apply1(Op::fill(&[2], 0.0), &[]).unwrap();
+    dtr.del(filler).unwrap();
+    // Recomputing the chain costs 9 > 3.
+    let err = dtr.get_value(last).unwrap_err();
+    assert!(matches!(err, Error::Thrash { limit: 3, .. }), "{err}");
+    dtr.check_invariants().unwrap();
+    // The user's next op, needing no recomputation, still runs.
+    let x = dtr.put(&[2.0], &[1]).unwrap();
+    let y = dtr.apply1(Op::Unary(UnaryOp::Neg), &[x]).unwrap();
+    assert_eq!(dtr.get_value(y).unwrap(), vec![-2.0]);
+    dtr.check_invariants().unwrap();
+}

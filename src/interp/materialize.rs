@@ -35,9 +35,15 @@ impl<B: Backend> Interpreter<B> {
                 None => {
                     let frame = stack.pop().expect("stack is not empty");
                     let rematerializing = !(first_run && stack.is_empty());
-                    let result = self
-                        .run_node(frame.node, rematerializing)
-                        .and_then(|()| self.check_thrash());
+                    // Only recomputation counts towards the limit, so a user's own op
+                    // that ran is never undone by it.
+                    let result = self.run_node(frame.node, rematerializing).and_then(|()| {
+                        if rematerializing {
+                            self.check_thrash()
+                        } else {
+                            Ok(())
+                        }
+                    });
                     self.unlock_inputs(&frame);
                     if let Err(error) = result {
                         for frame in stack.iter().rev() {
