@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod experiments;
 pub mod graph;
 pub mod interp;
 pub mod memory;

@@ -78,6 +78,50 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Replay a grid of traces × heuristics × memory models × sampling ×
+    /// seeds × ratios in parallel; write results.csv and results.json.
+    Sweep {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Budget ratios, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1,0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.2,0.1"
+        )]
+        ratios: Vec<f64>,
+        /// Heuristics, comma-separated, or `all`.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "dtr,dtr-eq,dtr-local,msps,lru,size"
+        )]
+        heuristics: Vec<String>,
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "counter")]
+        memory: Vec<MemoryArg>,
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+        sampling: Vec<SamplingArg>,
+        /// Run seeds 0..N.
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        #[arg(long, default_value_t = 2.0)]
+        thrash_limit: f64,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Run only shard K of N (1-based), e.g. 3/8; join shards with `dtr merge`.
+        #[arg(long)]
+        shard: Option<String>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Join the outputs of `dtr sweep --shard` runs.
+    Merge {
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// List the eviction heuristics and what each one scores.
     Heuristics,
 }
@@ -311,6 +355,88 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 println!("  baseline compute    {}", base.compute);
                 println!("  lower bound budget  {} B (live constants + the largest op's inputs and outputs)", base.lower_bound_bytes);
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sweep {
+            traces,
+            ratios,
+            heuristics,
+            memory,
+            sampling,
+            seeds,
+            thrash_limit,
+            jobs,
+            shard,
+            out,
+        } => {
+            if ratios.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+                return Err(dtr::Error::InvalidArgument(
+                    "--ratios must be positive numbers".into(),
+                ));
+            }
+            if thrash_limit.is_nan() || thrash_limit < 1.0 {
+                return Err(dtr::Error::InvalidArgument(format!(
+                    "--thrash-limit must be at least 1, got {thrash_limit}"
+                )));
+            }
+            let heuristics = if heuristics.iter().any(|h| h == "all") {
+                dtr::policy::heuristic_names()
+                    .filter(|h| *h != "dtr-walk")
+                    .map(String::from)
+                    .collect()
+            } else {
+                heuristics
+            };
+            let spec = dtr::experiments::SweepSpec {
+                traces,
+                heuristics,
+                memories: memory
+                    .iter()
+                    .map(|m| match m {
+                        MemoryArg::Counter => MemoryModel::Counter,
+                        MemoryArg::Arena => MemoryModel::arena(),
+                    })
+                    .collect(),
+                samplings: sampling
+                    .iter()
+                    .map(|s| match s {
+                        SamplingArg::All => Sampling::All,
+                        SamplingArg::Sqrt => Sampling::Sqrt,
+                    })
+                    .collect(),
+                seeds,
+                ratios,
+                thrash_limit,
+            };
+            let shard = shard
+                .as_deref()
+                .map(dtr::experiments::Shard::parse)
+                .transpose()?;
+            let jobs =
+                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let progress = |done: usize, total: usize| {
+                eprint!(
+                    "\rsweep: {done}/{total} runs ({}%)",
+                    100 * done / total.max(1)
+                );
+                if done == total {
+                    eprintln!();
+                }
+            };
+            let rows = spec.run(shard, jobs, &progress)?;
+            dtr::experiments::write_results(&out, &rows)?;
+            print!("{}", dtr::experiments::summary(&rows));
+            eprintln!(
+                "wrote {} and {}",
+                out.join("results.csv").display(),
+                out.join("results.json").display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Merge { shards, out } => {
+            let rows = dtr::experiments::merge(&shards)?;
+            dtr::experiments::write_results(&out, &rows)?;
+            print!("{}", dtr::experiments::summary(&rows));
             Ok(ExitCode::SUCCESS)
         }
         Command::Heuristics => {

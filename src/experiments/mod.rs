@@ -1,0 +1,337 @@
+//! Memory-budget experiments: a grid of replays (trace × heuristic ×
+//! memory model × sampling × seed × ratio), run in parallel, written as
+//! CSV and JSON, shardable across machines and mergeable again.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::interp::Interpreter;
+use crate::memory::MemoryModel;
+use crate::policy::Sampling;
+use crate::trace::replay::{baseline, replay, Baseline, Kernels};
+use crate::trace::{self, Trace, TraceFormat};
+use crate::SimulatorBackend;
+
+/// The grid to run.
+#[derive(Debug, Clone)]
+pub struct SweepSpec {
+    pub traces: Vec<PathBuf>,
+    pub heuristics: Vec<String>,
+    pub memories: Vec<MemoryModel>,
+    pub samplings: Vec<Sampling>,
+    /// Seeds 0..seeds.
+    pub seeds: u64,
+    pub ratios: Vec<f64>,
+    /// Runs stop as thrashing past this multiple of the unbounded compute.
+    pub thrash_limit: f64,
+}
+
+/// One run of the grid: indices into the spec's lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    /// Position in the whole grid (stable across shards).
+    pub index: usize,
+    pub trace: usize,
+    pub heuristic: usize,
+    pub memory: usize,
+    pub sampling: usize,
+    pub seed: u64,
+    pub ratio: usize,
+}
+
+/// A shard `k` of `n` (1-based), for batch schedulers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub k: usize,
+    pub n: usize,
+}
+
+impl Shard {
+    /// Parses `K/N` with 1 ≤ K ≤ N.
+    pub fn parse(text: &str) -> Result<Shard> {
+        let bad =
+            || Error::InvalidArgument(format!("--shard `{text}` must be K/N with 1 <= K <= N"));
+        let (k, n) = text.split_once('/').ok_or_else(bad)?;
+        let (k, n) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if n == 0 || k == 0 || k > n {
+            return Err(bad());
+        }
+        Ok(Shard { k, n })
+    }
+
+    fn owns(&self, index: usize) -> bool {
+        index % self.n == self.k - 1
+    }
+}
+
+/// One finished run, as written to `results.csv` and `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub index: usize,
+    pub trace: String,
+    pub heuristic: String,
+    pub memory: String,
+    pub sampling: String,
+    pub seed: u64,
+    pub ratio: f64,
+    pub budget_bytes: u64,
+    pub status: String,
+    pub overhead: f64,
+    pub remat_compute: u64,
+    pub peak_bytes: u64,
+    pub evictions: u64,
+    pub rematerializations: u64,
+    /// At the end of the run, in arena memory.
+    pub fragmentation: Option<f64>,
+    pub wall_seconds: f64,
+}
+
+fn memory_name(memory: MemoryModel) -> &'static str {
+    match memory {
+        MemoryModel::Counter => "counter",
+        MemoryModel::Arena { .. } => "arena",
+    }
+}
+
+fn sampling_name(sampling: Sampling) -> &'static str {
+    match sampling {
+        Sampling::All => "all",
+        Sampling::Sqrt => "sqrt",
+    }
+}
+
+impl SweepSpec {
+    /// Every cell, in a fixed order: trace, heuristic, memory, sampling,
+    /// seed, then ratio (fastest).
+    pub fn cells(&self) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for trace in 0..self.traces.len() {
+            for heuristic in 0..self.heuristics.len() {
+                for memory in 0..self.memories.len() {
+                    for sampling in 0..self.samplings.len() {
+                        for seed in 0..self.seeds.max(1) {
+                            for ratio in 0..self.ratios.len() {
+                                let index = cells.len();
+                                cells.push(Cell {
+                                    index,
+                                    trace,
+                                    heuristic,
+                                    memory,
+                                    sampling,
+                                    seed,
+                                    ratio,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        cells
+    }
+
+    /// Runs the cells of `shard` (all without one) on `jobs` threads,
+    /// calling `progress(done, total)` as runs finish. Rows come back in
+    /// grid order whatever the scheduling, so outputs are reproducible.
+    pub fn run(
+        &self,
+        shard: Option<Shard>,
+        jobs: usize,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<Vec<Row>> {
+        for name in &self.heuristics {
+            crate::policy::heuristic_by_name(name, 0)?;
+        }
+        let loaded: Vec<(Trace, TraceFormat, Baseline)> = self
+            .traces
+            .iter()
+            .map(|path| {
+                let (trace, format) = trace::load(path, None)?;
+                let base = baseline(&trace);
+                Ok((trace, format, base))
+            })
+            .collect::<Result<_>>()?;
+        let cells: Vec<Cell> = self
+            .cells()
+            .into_iter()
+            .filter(|c| shard.is_none_or(|s| s.owns(c.index)))
+            .collect();
+        let results: Mutex<Vec<Option<Result<Row>>>> = Mutex::new(vec![None; cells.len()]);
+        let next = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..jobs.max(1) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(cell) = cells.get(i) else { break };
+                    let row = self.run_cell(cell, &loaded[cell.trace]);
+                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(row);
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, cells.len());
+                });
+            }
+        });
+        results
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .into_iter()
+            .map(|r| r.expect("every cell ran"))
+            .collect()
+    }
+
+    fn run_cell(
+        &self,
+        cell: &Cell,
+        (trace, format, base): &(Trace, TraceFormat, Baseline),
+    ) -> Result<Row> {
+        let ratio = self.ratios[cell.ratio];
+        let budget = (ratio * base.peak_bytes as f64).floor() as u64;
+        let (memory, sampling) = (self.memories[cell.memory], self.samplings[cell.sampling]);
+        let config = Config::default()
+            .with_budget_bytes(budget)
+            .with_heuristic(self.heuristics[cell.heuristic].clone())
+            .with_retained_history(*format == TraceFormat::Simrd)
+            .with_remat_limit(((self.thrash_limit - 1.0) * base.compute as f64).floor() as u64)
+            .with_memory(memory)
+            .with_sampling(sampling)
+            .with_seed(cell.seed);
+        let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
+        let report = replay(trace, &mut interpreter, Kernels::Recorded)?;
+        Ok(Row {
+            index: cell.index,
+            trace: self.traces[cell.trace].display().to_string(),
+            heuristic: self.heuristics[cell.heuristic].clone(),
+            memory: memory_name(memory).into(),
+            sampling: sampling_name(sampling).into(),
+            seed: cell.seed,
+            ratio,
+            budget_bytes: budget,
+            status: report.status.as_str().into(),
+            overhead: report.stats.compute as f64 / base.compute.max(1) as f64,
+            remat_compute: report.stats.remat_compute,
+            peak_bytes: report.peak_bytes,
+            evictions: report.stats.evictions,
+            rematerializations: report.stats.rematerializations,
+            fragmentation: interpreter.memory().arena.map(|a| a.fragmentation),
+            wall_seconds: report.wall_seconds,
+        })
+    }
+}
+
+/// The CSV header, in [`Row`]'s field order.
+pub const CSV_HEADER: &str =
+    "index,trace,heuristic,memory,sampling,seed,ratio,budget_bytes,status,overhead,\
+remat_compute,peak_bytes,evictions,rematerializations,fragmentation,wall_seconds";
+
+/// A CSV field, quoted when it holds a comma, quote or line break.
+fn field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+/// The rows as CSV (header first). Numbers print in full precision, so
+/// the same runs give the same bytes (wall time aside).
+pub fn to_csv(rows: &[Row]) -> String {
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    for r in rows {
+        let fragmentation = r.fragmentation.map_or(String::new(), |f| f.to_string());
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.index,
+            field(&r.trace),
+            field(&r.heuristic),
+            r.memory,
+            r.sampling,
+            r.seed,
+            r.ratio,
+            r.budget_bytes,
+            r.status,
+            r.overhead,
+            r.remat_compute,
+            r.peak_bytes,
+            r.evictions,
+            r.rematerializations,
+            fragmentation,
+            r.wall_seconds
+        ));
+    }
+    out
+}
+
+/// Writes `results.csv` and `results.json` into `dir` (created if needed).
+pub fn write_results(dir: &Path, rows: &[Row]) -> Result<()> {
+    let io = |e: std::io::Error| Error::InvalidArgument(format!("{}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("results.csv"), to_csv(rows)).map_err(io)?;
+    let json =
+        serde_json::to_string_pretty(rows).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    std::fs::write(dir.join("results.json"), json + "\n").map_err(io)?;
+    Ok(())
+}
+
+/// Reads the rows of shard directories and joins them in grid order;
+/// an index present twice is an error (overlapping shards).
+pub fn merge(dirs: &[PathBuf]) -> Result<Vec<Row>> {
+    let mut rows: Vec<Row> = Vec::new();
+    for dir in dirs {
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
+        let shard: Vec<Row> = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
+        rows.extend(shard);
+    }
+    rows.sort_by_key(|r| r.index);
+    if let Some(pair) = rows.windows(2).find(|w| w[0].index == w[1].index) {
+        return Err(Error::InvalidArgument(format!(
+            "grid cell {} appears in two shards",
+            pair[0].index
+        )));
+    }
+    Ok(rows)
+}
+
+/// Per trace and policy (heuristic, memory, sampling, seed), the smallest
+/// ratio whose run completed within the thrash limit, as a markdown table.
+pub fn summary(rows: &[Row]) -> String {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    let mut best: Vec<Option<f64>> = Vec::new();
+    for r in rows {
+        let key = (
+            r.trace.clone(),
+            format!(
+                "{} / {} / {} / seed {}",
+                r.heuristic, r.memory, r.sampling, r.seed
+            ),
+        );
+        let slot = match keys.iter().position(|k| *k == key) {
+            Some(slot) => slot,
+            None => {
+                keys.push(key);
+                best.push(None);
+                keys.len() - 1
+            }
+        };
+        if r.status == "ok" {
+            best[slot] = Some(best[slot].map_or(r.ratio, |b: f64| b.min(r.ratio)));
+        }
+    }
+    let mut out =
+        String::from("| trace | policy | smallest ratio that completes |\n|---|---|---:|\n");
+    for ((trace, policy), ratio) in keys.iter().zip(&best) {
+        let ratio = ratio.map_or("—".to_string(), |r| format!("{r:.2}"));
+        out.push_str(&format!("| {trace} | {policy} | {ratio} |\n"));
+    }
+    out
+}
