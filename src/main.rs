@@ -31,6 +31,14 @@ enum FormatArg {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum WorkloadArg {
+    Chain,
+    Resnet,
+    Unet,
+    Random,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum MemoryArg {
     Counter,
     Arena,
@@ -112,6 +120,27 @@ enum Command {
         /// Run only shard K of N (1-based), e.g. 3/8; join shards with `dtr merge`.
         #[arg(long)]
         shard: Option<String>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Write a synthetic workload (forward + backward) as a dtr trace.
+    Gen {
+        #[arg(value_enum)]
+        workload: WorkloadArg,
+        /// Layers of a chain or ResNet-like workload.
+        #[arg(long, default_value_t = 100)]
+        length: usize,
+        /// Layers per residual connection (resnet).
+        #[arg(long, default_value_t = 2)]
+        skip: usize,
+        /// Levels of the U-Net-like workload.
+        #[arg(long, default_value_t = 4)]
+        depth: usize,
+        /// Ops of the random DAG.
+        #[arg(long, default_value_t = 200)]
+        nodes: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
         #[arg(long)]
         out: PathBuf,
     },
@@ -431,6 +460,28 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 out.join("results.csv").display(),
                 out.join("results.json").display()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gen {
+            workload,
+            length,
+            skip,
+            depth,
+            nodes,
+            seed,
+            out,
+        } => {
+            use dtr::experiments::generate::{generate, Workload};
+            let workload = match workload {
+                WorkloadArg::Chain => Workload::Chain { length },
+                WorkloadArg::Resnet => Workload::Resnet { length, skip },
+                WorkloadArg::Unet => Workload::Unet { depth },
+                WorkloadArg::Random => Workload::Random { nodes, seed },
+            };
+            let trace = generate(workload, &out.display().to_string())?;
+            std::fs::write(&out, dtr::trace::native::to_string(&trace))
+                .map_err(|e| dtr::Error::InvalidArgument(format!("{}: {e}", out.display())))?;
+            eprintln!("wrote {} ({} events)", out.display(), trace.events.len());
             Ok(ExitCode::SUCCESS)
         }
         Command::Merge { shards, out } => {

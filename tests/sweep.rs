@@ -124,3 +124,95 @@ fn the_command_line_writes_both_files_and_merges() {
     assert_eq!(json.len(), 4);
     std::fs::remove_dir_all(dir).ok();
 }
+
+mod workloads {
+    use dtr::experiments::generate::{generate, Workload};
+    use dtr::experiments::revolve;
+    use dtr::trace::replay::{baseline, replay, Kernels, ReplayStatus};
+    use dtr::{Config, Interpreter, SimulatorBackend};
+
+    fn run(
+        workload: Workload,
+        budget_units: Option<u64>,
+        heuristic: &str,
+    ) -> (dtr::trace::replay::ReplayReport, u64) {
+        let trace = generate(workload, "generated").unwrap();
+        let base = baseline(&trace);
+        let mut config = Config::default().with_heuristic(heuristic);
+        config.budget_bytes = budget_units.map(|u| u << 20);
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+        (
+            replay(&trace, &mut dtr, Kernels::Recorded).unwrap(),
+            base.peak_bytes,
+        )
+    }
+
+    #[test]
+    fn every_workload_replays_unbounded_and_frees_everything() {
+        for workload in [
+            Workload::Chain { length: 50 },
+            Workload::Resnet {
+                length: 50,
+                skip: 3,
+            },
+            Workload::Unet { depth: 5 },
+            Workload::Random {
+                nodes: 300,
+                seed: 7,
+            },
+        ] {
+            let trace = generate(workload, "generated").unwrap();
+            let mut dtr = Interpreter::new(SimulatorBackend::new(), Config::default()).unwrap();
+            let report = replay(&trace, &mut dtr, Kernels::Recorded).unwrap();
+            assert_eq!(report.status, ReplayStatus::Ok, "{workload:?}");
+            // A put that history still reads stays resident after its release
+            // (it cannot be recomputed), so the peak may exceed the program's
+            // own by at most the constants.
+            let base = baseline(&trace);
+            assert!(report.peak_bytes >= base.peak_bytes, "{workload:?}");
+            assert!(
+                report.peak_bytes <= base.peak_bytes + base.constant_bytes,
+                "{workload:?}"
+            );
+            assert_eq!(
+                (dtr.tracked_tensors(), dtr.memory().in_use_bytes),
+                (0, 0),
+                "{workload:?}: all released"
+            );
+        }
+    }
+
+    /// A chain's unbounded peak grows with its length; under a budget of
+    /// about 2√N activations DTR completes with bounded overhead, and never
+    /// does less recomputation than Revolve's optimum for that many slots
+    /// (which would mean our accounting is wrong).
+    #[test]
+    fn dtr_on_a_chain_against_the_revolve_optimum() {
+        for length in [64u64, 256] {
+            let units = 2 * (length as f64).sqrt().ceil() as u64 + 3;
+            let (report, peak) = run(
+                Workload::Chain {
+                    length: length as usize,
+                },
+                Some(units),
+                "dtr",
+            );
+            assert!(
+                peak >= (length << 20),
+                "the unbounded run keeps every activation"
+            );
+            assert_eq!(report.status, ReplayStatus::Ok, "length {length}");
+            // One recomputed layer = one extra forward step.
+            let optimum = revolve::extra_steps(length, units).unwrap();
+            assert!(
+                report.stats.rematerializations >= optimum,
+                "DTR beat the optimum: {report:?}"
+            );
+            assert!(
+                report.stats.overhead() < 3.0,
+                "length {length}: overhead {}",
+                report.stats.overhead()
+            );
+        }
+    }
+}

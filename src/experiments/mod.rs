@@ -2,6 +2,9 @@
 //! memory model × sampling × seed × ratio), run in parallel, written as
 //! CSV and JSON, shardable across machines and mergeable again.
 
+pub mod generate;
+pub mod revolve;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
