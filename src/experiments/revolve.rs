@@ -44,8 +44,8 @@ pub fn forward_steps_by_recurrence(l: usize, s: usize) -> Option<u64> {
     }
     // table[s][l]
     let mut table = vec![vec![0u64; l + 1]; s + 1];
-    for n in 1..=l {
-        table[1][n] = (n as u64) * (n as u64 - 1) / 2;
+    for (n, steps) in table[1].iter_mut().enumerate().skip(1) {
+        *steps = (n as u64) * (n as u64 - 1) / 2;
     }
     for slots in 2..=s {
         for n in 2..=l {
