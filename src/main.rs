@@ -144,6 +144,12 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Draw a sweep's results (its results.json, or the directory holding it) as SVG.
+    Plot {
+        results: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Join the outputs of `dtr sweep --shard` runs.
     Merge {
         #[arg(required = true)]
@@ -454,6 +460,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             };
             let rows = spec.run(shard, jobs, &progress)?;
             dtr::experiments::write_results(&out, &rows)?;
+            dtr::experiments::plot::plot_all(&rows, &out)?;
             print!("{}", dtr::experiments::summary(&rows));
             eprintln!(
                 "wrote {} and {}",
@@ -484,9 +491,22 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             eprintln!("wrote {} ({} events)", out.display(), trace.events.len());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Plot { results, out } => {
+            let dir = if results.is_dir() {
+                results.clone()
+            } else {
+                results.parent().map(PathBuf::from).unwrap_or_default()
+            };
+            let rows = dtr::experiments::merge(&[dir])?;
+            for path in dtr::experiments::plot::plot_all(&rows, &out)? {
+                println!("{}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Merge { shards, out } => {
             let rows = dtr::experiments::merge(&shards)?;
             dtr::experiments::write_results(&out, &rows)?;
+            dtr::experiments::plot::plot_all(&rows, &out)?;
             print!("{}", dtr::experiments::summary(&rows));
             Ok(ExitCode::SUCCESS)
         }

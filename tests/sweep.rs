@@ -216,3 +216,28 @@ mod workloads {
         }
     }
 }
+
+#[test]
+fn sweeps_draw_one_chart_per_trace_and_a_comparison() {
+    let spec = SweepSpec {
+        seeds: 1,
+        samplings: vec![Sampling::All],
+        ..spec()
+    };
+    let rows = spec.run(None, 2, &|_, _| {}).unwrap();
+    let dir = std::env::temp_dir().join(format!("dtr-plot-test-{}", std::process::id()));
+    let written = dtr::experiments::plot::plot_all(&rows, &dir).unwrap();
+    assert_eq!(written.len(), 2, "one trace: its chart and the comparison");
+    for path in &written {
+        let svg = std::fs::read_to_string(path).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", path.display());
+        for heuristic in &spec.heuristics {
+            assert!(
+                svg.contains(heuristic.as_str()),
+                "{} lacks a legend entry for {heuristic}",
+                path.display()
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

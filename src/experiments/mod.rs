@@ -3,6 +3,7 @@
 //! CSV and JSON, shardable across machines and mergeable again.
 
 pub mod generate;
+pub mod plot;
 pub mod revolve;
 
 use std::path::{Path, PathBuf};

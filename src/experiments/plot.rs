@@ -1,0 +1,201 @@
+//! Pictures of sweep results, as SVG: per trace, overhead against the
+//! budget ratio with one line per policy, thrashing runs as crosses and
+//! out-of-memory runs as triangles where they stopped (the shape of the DTR
+//! paper's Figure 2); and across traces, the smallest ratio each policy
+//! completes at.
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use super::Row;
+use crate::error::{Error, Result};
+
+fn plot_error(path: &Path, error: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("drawing {}: {error}", path.display()))
+}
+
+/// The policy a row belongs to, as its legend names it.
+fn policy(row: &Row) -> String {
+    let mut name = row.heuristic.clone();
+    if row.memory != "counter" {
+        name += &format!(" / {}", row.memory);
+    }
+    if row.sampling != "all" {
+        name += &format!(" / {}", row.sampling);
+    }
+    if row.seed != 0 {
+        name += &format!(" / seed {}", row.seed);
+    }
+    name
+}
+
+/// A short name for a trace path: the file name up to its first `-` or `.`.
+pub fn short_name(trace: &str) -> String {
+    let file = Path::new(trace)
+        .file_name()
+        .map_or(trace.into(), |f| f.to_string_lossy().to_string());
+    file.split(['-', '.']).next().unwrap_or(&file).to_string()
+}
+
+/// Distinct values in first-seen order.
+fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
+    let mut seen = Vec::new();
+    for v in values {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    seen
+}
+
+/// Overhead vs ratio for one trace: completed runs joined by lines, thrash
+/// and out-of-memory runs as crosses at the overhead where they stopped.
+pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.trace == trace).collect();
+    let policies = distinct(rows.iter().map(|r| policy(r)));
+    let top = rows
+        .iter()
+        .map(|r| r.overhead)
+        .fold(2.0f64, f64::max)
+        .min(10.0)
+        * 1.05;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
+    root.fill(&WHITE).map_err(|e| draw(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{}: overhead vs memory budget (× thrash, ▲ out of memory)",
+                short_name(trace)
+            ),
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0f64..1.05, 1.0f64..top)
+        .map_err(|e| draw(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("budget / unbounded peak")
+        .y_desc("compute overhead (× unbounded)")
+        .draw()
+        .map_err(|e| draw(&e))?;
+    for (i, name) in policies.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let mut ok: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| policy(r) == *name && r.status == "ok")
+            .map(|r| (r.ratio, r.overhead.min(top)))
+            .collect();
+        ok.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(ok.clone(), color.stroke_width(2)))
+            .map_err(|e| draw(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(ok.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| draw(&e))?;
+        let stopped = |status: &'static str| {
+            rows.iter()
+                .filter(move |r| policy(r) == *name && r.status == status)
+                .map(move |r| (r.ratio, r.overhead.clamp(1.0, top)))
+        };
+        chart
+            .draw_series(stopped("thrash").map(|p| Cross::new(p, 5, color.stroke_width(2))))
+            .map_err(|e| draw(&e))?;
+        chart
+            .draw_series(stopped("oom").map(|p| TriangleMarker::new(p, 5, color.filled())))
+            .map_err(|e| draw(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| draw(&e))?;
+    root.present().map_err(|e| draw(&e))
+}
+
+/// Across traces, the smallest ratio each policy completes at (lower is better).
+pub fn comparison_chart(rows: &[Row], path: &Path) -> Result<()> {
+    let traces = distinct(rows.iter().map(|r| r.trace.clone()));
+    let policies = distinct(rows.iter().map(policy));
+    let names: Vec<String> = traces.iter().map(|t| short_name(t)).collect();
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
+    root.fill(&WHITE).map_err(|e| draw(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "smallest budget that completes, by policy",
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(55)
+        // Headroom above 1.0 keeps the legend clear of the points.
+        .build_cartesian_2d(-0.5f64..traces.len() as f64 - 0.5, 0.0f64..1.45)
+        .map_err(|e| draw(&e))?;
+    chart
+        .configure_mesh()
+        .x_labels(traces.len().max(1))
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                names.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("budget / unbounded peak")
+        .draw()
+        .map_err(|e| draw(&e))?;
+    for (i, name) in policies.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let offset = (i as f64 - policies.len() as f64 / 2.0) * 0.03;
+        let points: Vec<(f64, f64)> = traces
+            .iter()
+            .enumerate()
+            .filter_map(|(t, trace)| {
+                rows.iter()
+                    .filter(|r| r.trace == *trace && policy(r) == *name && r.status == "ok")
+                    .map(|r| r.ratio)
+                    .min_by(f64::total_cmp)
+                    .map(|ratio| (t as f64 + offset, ratio))
+            })
+            .collect();
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 5, color.filled())))
+            .map_err(|e| draw(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| Circle::new((x + 8, y), 5, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| draw(&e))?;
+    root.present().map_err(|e| draw(&e))
+}
+
+/// Every chart for a sweep's rows: one per trace, and the comparison.
+pub fn plot_all(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| plot_error(dir, e))?;
+    let mut written = Vec::new();
+    for trace in distinct(rows.iter().map(|r| r.trace.clone())) {
+        let path = dir.join(format!("overhead-{}.svg", short_name(&trace)));
+        overhead_chart(rows, &trace, &path)?;
+        written.push(path);
+    }
+    let path = dir.join("policies.svg");
+    comparison_chart(rows, &path)?;
+    written.push(path);
+    Ok(written)
+}
