@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::Row;
@@ -47,6 +49,24 @@ fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
         }
     }
     seen
+}
+
+type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws the legend in the upper right and writes the file.
+fn finish(
+    chart: &mut Chart<'_>,
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    path: &Path,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| plot_error(path, e))?;
+    root.present().map_err(|e| plot_error(path, e))
 }
 
 /// Overhead vs ratio for one trace: completed runs joined by lines, thrash
@@ -112,14 +132,7 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
             .draw_series(stopped("oom").map(|p| TriangleMarker::new(p, 5, color.filled())))
             .map_err(|e| draw(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| draw(&e))?;
-    root.present().map_err(|e| draw(&e))
+    finish(&mut chart, &root, path)
 }
 
 /// Across traces, the smallest ratio each policy completes at (lower is better).
@@ -175,14 +188,7 @@ pub fn comparison_chart(rows: &[Row], path: &Path) -> Result<()> {
             .label(name.clone())
             .legend(move |(x, y)| Circle::new((x + 8, y), 5, color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| draw(&e))?;
-    root.present().map_err(|e| draw(&e))
+    finish(&mut chart, &root, path)
 }
 
 /// Every chart for a sweep's rows: one per trace, and the comparison.
