@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dtr::experiments::timeline::Timeline;
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
-use dtr::trace::replay::{baseline, replay, Baseline, Kernels, ReplayReport};
+use dtr::trace::replay::{baseline, replay, replay_observed, Baseline, Kernels, ReplayReport};
 use dtr::trace::{self, TraceFormat};
 use dtr::{Config, Interpreter, SimulatorBackend};
 use serde_json::json;
@@ -77,6 +78,11 @@ enum Command {
         /// Print one JSON object instead of a summary.
         #[arg(long)]
         json: bool,
+        /// Draw memory in use over the trace's clock, with the budget,
+        /// evictions, rematerialisations and (arena) fragmentation, as SVG;
+        /// a path ending in `.csv` gets the samples instead.
+        #[arg(long)]
+        timeline: Option<PathBuf>,
     },
     /// Describe a trace: ops, tensors, constants, baseline peak and compute.
     Info {
@@ -214,6 +220,7 @@ fn run_replay(
     path: &std::path::Path,
     format: FormatArg,
     args: &ReplayArgs,
+    timeline: Option<&mut Timeline>,
 ) -> dtr::Result<(
     Baseline,
     u64,
@@ -254,8 +261,41 @@ fn run_replay(
         .with_sampling(args.sampling)
         .with_seed(args.seed);
     let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
-    let report = replay(&trace, &mut interpreter, Kernels::Recorded)?;
+    let report = match timeline {
+        Some(timeline) => {
+            replay_observed(&trace, &mut interpreter, Kernels::Recorded, |clock, dtr| {
+                timeline.observe(clock, dtr);
+                Ok(())
+            })?
+        }
+        None => replay(&trace, &mut interpreter, Kernels::Recorded)?,
+    };
     Ok((base, budget, report, interpreter.memory().arena))
+}
+
+/// Writes a replay's timeline: CSV samples for a `.csv` path, else an SVG chart.
+fn write_timeline(
+    path: &std::path::Path,
+    timeline: &Timeline,
+    trace: &std::path::Path,
+    heuristic: &str,
+    budget: u64,
+    baseline_peak: u64,
+) -> dtr::Result<()> {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+    {
+        std::fs::write(path, timeline.to_csv())
+            .map_err(|e| dtr::Error::InvalidArgument(format!("{}: {e}", path.display())))
+    } else {
+        let title = format!(
+            "{}: `{heuristic}` at {:.2} of the unbounded peak",
+            dtr::experiments::plot::short_name(&trace.display().to_string()),
+            budget as f64 / baseline_peak.max(1) as f64
+        );
+        dtr::experiments::plot::timeline_chart(timeline, &title, path)
+    }
 }
 
 fn main() -> ExitCode {
@@ -285,6 +325,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             seed,
             thrash_limit,
             json,
+            timeline,
         } => {
             let args = ReplayArgs {
                 ratio,
@@ -301,7 +342,12 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 },
                 seed,
             };
-            let (base, budget, report, arena) = run_replay(&trace, format, &args)?;
+            let mut samples = timeline.as_ref().map(|_| Timeline::new());
+            let (base, budget, report, arena) =
+                run_replay(&trace, format, &args, samples.as_mut())?;
+            if let (Some(path), Some(samples)) = (&timeline, &samples) {
+                write_timeline(path, samples, &trace, &heuristic, budget, base.peak_bytes)?;
+            }
             let overhead = report.stats.compute as f64 / base.compute.max(1) as f64;
             if json {
                 let object = json!({

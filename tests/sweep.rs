@@ -241,3 +241,77 @@ fn sweeps_draw_one_chart_per_trace_and_a_comparison() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// A timeline has one sample per trace event; its evictions and
+/// rematerialisations add up to the run's; memory never passes the budget
+/// at an event's end; arena mode reports fragmentation; the chart draws.
+#[test]
+fn a_replay_timeline_accounts_for_every_event() {
+    use dtr::experiments::generate::{generate, Workload};
+    use dtr::experiments::timeline::Timeline;
+    use dtr::trace::replay::{replay_observed, Kernels, ReplayStatus};
+    use dtr::{Config, Interpreter, SimulatorBackend};
+
+    let trace = generate(
+        Workload::Resnet {
+            length: 60,
+            skip: 3,
+        },
+        "resnet",
+    )
+    .unwrap();
+    let budget = 20u64 << 20;
+    for memory in [MemoryModel::Counter, MemoryModel::arena()] {
+        let arena = memory != MemoryModel::Counter;
+        let config = Config::default()
+            .with_budget_bytes(budget)
+            .with_memory(memory);
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+        let mut timeline = Timeline::new();
+        let report = replay_observed(&trace, &mut dtr, Kernels::Recorded, |clock, dtr| {
+            timeline.observe(clock, dtr);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(report.status, ReplayStatus::Ok);
+        assert!(report.stats.evictions > 0 && report.stats.rematerializations > 0);
+        assert_eq!(timeline.samples.len(), trace.events.len());
+        assert_eq!(timeline.budget_bytes, Some(budget));
+        let sum = |count: fn(&dtr::experiments::timeline::Sample) -> u64| {
+            timeline.samples.iter().map(count).sum::<u64>()
+        };
+        assert_eq!(sum(|s| s.evictions), report.stats.evictions);
+        assert_eq!(
+            sum(|s| s.rematerializations),
+            report.stats.rematerializations
+        );
+        assert!(timeline.samples.iter().all(|s| s.in_use_bytes <= budget));
+        assert_eq!(
+            timeline.samples.iter().map(|s| s.in_use_bytes).max(),
+            Some(report.peak_bytes),
+            "this trace peaks at an event's end"
+        );
+        assert_eq!(
+            timeline.samples.iter().all(|s| s.fragmentation.is_some()),
+            arena
+        );
+        let coarse = timeline.downsampled(10);
+        assert!(coarse.len() <= 10);
+        assert_eq!(
+            coarse.iter().map(|s| s.evictions).sum::<u64>(),
+            report.stats.evictions
+        );
+        let path = std::env::temp_dir().join(format!(
+            "dtr-timeline-test-{}-{arena}.svg",
+            std::process::id()
+        ));
+        dtr::experiments::plot::timeline_chart(&timeline, "resnet", &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for label in ["budget", "evictions", "rematerialisations"] {
+            assert!(svg.contains(label), "the chart lacks {label}");
+        }
+        assert_eq!(svg.contains("fragmentation"), arena);
+        std::fs::remove_file(path).ok();
+        assert!(timeline.to_csv().lines().count() == trace.events.len() + 1);
+    }
+}

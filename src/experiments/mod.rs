@@ -5,6 +5,7 @@
 pub mod generate;
 pub mod plot;
 pub mod revolve;
+pub mod timeline;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! budget ratio with one line per policy, thrashing runs as crosses and
 //! out-of-memory runs as triangles where they stopped (the shape of the DTR
 //! paper's Figure 2); and across traces, the smallest ratio each policy
-//! completes at.
+//! completes at; and one replay's memory over its logical clock.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +10,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use super::timeline::{Sample, Timeline};
 use super::Row;
 use crate::error::{Error, Result};
 
@@ -204,4 +205,119 @@ pub fn plot_all(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     comparison_chart(rows, &path)?;
     written.push(path);
     Ok(written)
+}
+
+/// Memory in use over the logical clock of one replay, with the budget as a
+/// dashed line, evictions (red) and rematerialisations (blue) as ticks along
+/// the bottom, and in arena mode the fragmentation in a panel below.
+pub fn timeline_chart(timeline: &Timeline, title: &str, path: &Path) -> Result<()> {
+    const MIB: f64 = (1u64 << 20) as f64;
+    let samples = timeline.downsampled(1500);
+    let end = samples.last().map_or(1, |s| s.clock + 1) as f64;
+    let budget = timeline.budget_bytes.map(|b| b as f64 / MIB);
+    let top = samples
+        .iter()
+        .map(|s| s.in_use_bytes as f64 / MIB)
+        .chain(budget)
+        .fold(1e-6f64, f64::max)
+        * 1.1;
+    let arena = samples.iter().any(|s| s.fragmentation.is_some());
+    let root = SVGBackend::new(path, (1000, if arena { 680 } else { 520 })).into_drawing_area();
+    let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
+    root.fill(&WHITE).map_err(|e| draw(&e))?;
+    let (upper, lower) = if arena {
+        root.split_vertically(500)
+    } else {
+        root.split_vertically(520)
+    };
+    let mut chart = ChartBuilder::on(&upper)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..end, 0.0..top)
+        .map_err(|e| draw(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("trace event (logical clock)")
+        .y_desc("memory in use (MiB)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(|e| draw(&e))?;
+    let memory = BLACK.stroke_width(1);
+    chart
+        .draw_series(LineSeries::new(
+            samples
+                .iter()
+                .map(|s| (s.clock as f64, s.in_use_bytes as f64 / MIB)),
+            memory,
+        ))
+        .map_err(|e| draw(&e))?
+        .label("in use")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], memory));
+    if let Some(budget) = budget {
+        let line = RED.stroke_width(2);
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, budget), (end, budget)],
+                8,
+                5,
+                line,
+            ))
+            .map_err(|e| draw(&e))?
+            .label("budget")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], line));
+    }
+    // Ticks along the bottom: evictions in the lowest band, rematerialisations above.
+    let band = top * 0.04;
+    let ticks = |lift: f64, count: fn(&Sample) -> u64, color: RGBColor| {
+        samples.iter().filter(move |s| count(s) > 0).map(move |s| {
+            let x = s.clock as f64;
+            PathElement::new(vec![(x, lift), (x, lift + band)], color.stroke_width(1))
+        })
+    };
+    let evict = RGBColor(200, 30, 30);
+    let remat = RGBColor(30, 80, 200);
+    chart
+        .draw_series(ticks(0.0, |s| s.evictions, evict))
+        .map_err(|e| draw(&e))?
+        .label("evictions")
+        .legend(move |(x, y)| PathElement::new(vec![(x + 9, y - 6), (x + 9, y + 6)], evict));
+    chart
+        .draw_series(ticks(band * 1.2, |s| s.rematerializations, remat))
+        .map_err(|e| draw(&e))?
+        .label("rematerialisations")
+        .legend(move |(x, y)| PathElement::new(vec![(x + 9, y - 6), (x + 9, y + 6)], remat));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| draw(&e))?;
+    if arena {
+        let mut panel = ChartBuilder::on(&lower)
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..end, 0.0..1.0)
+            .map_err(|e| draw(&e))?;
+        panel
+            .configure_mesh()
+            .y_desc("fragmentation")
+            .y_labels(3)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .draw()
+            .map_err(|e| draw(&e))?;
+        panel
+            .draw_series(LineSeries::new(
+                samples
+                    .iter()
+                    .filter_map(|s| Some((s.clock as f64, s.fragmentation?))),
+                RGBColor(120, 60, 160).stroke_width(1),
+            ))
+            .map_err(|e| draw(&e))?;
+    }
+    root.present().map_err(|e| plot_error(path, e))
 }

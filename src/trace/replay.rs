@@ -61,12 +61,25 @@ pub fn replay<B: Backend>(
     dtr: &mut Interpreter<B>,
     kernels: Kernels,
 ) -> Result<ReplayReport> {
+    replay_observed(trace, dtr, kernels, |_, _| Ok(()))
+}
+
+/// [`replay`], calling `after_event(index, dtr)` once each trace event has
+/// run (for timelines and schedules that act between events).
+pub fn replay_observed<B: Backend>(
+    trace: &Trace,
+    dtr: &mut Interpreter<B>,
+    kernels: Kernels,
+    mut after_event: impl FnMut(usize, &mut Interpreter<B>) -> Result<()>,
+) -> Result<ReplayReport> {
     let started = Instant::now();
     let mut tensors: Vec<Option<TensorId>> = vec![None; trace.tensor_count()];
     let mut reads = Vec::new();
     let mut outcome = (ReplayStatus::Ok, None);
     for (index, event) in trace.events.iter().enumerate() {
-        match step(trace, index, event, dtr, kernels, &mut tensors, &mut reads) {
+        let stepped = step(trace, index, event, dtr, kernels, &mut tensors, &mut reads)
+            .and_then(|()| after_event(index, dtr));
+        match stepped {
             Ok(()) => {}
             Err(error @ Error::OutOfMemory { .. }) => {
                 outcome = (
