@@ -104,11 +104,12 @@ enum Command {
             default_value = "1,0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.2,0.1"
         )]
         ratios: Vec<f64>,
-        /// Heuristics, comma-separated, or `all`.
+        /// Heuristics, comma-separated, or `all`; `static-sqrt` adds static
+        /// √N checkpointing (Chen et al.) as a baseline.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "dtr,dtr-eq,dtr-local,msps,lru,size"
+            default_value = "dtr,dtr-eq,dtr-local,msps,lru,size,static-sqrt"
         )]
         heuristics: Vec<String>,
         #[arg(long, value_enum, value_delimiter = ',', default_value = "counter")]
@@ -126,6 +127,26 @@ enum Command {
         /// Run only shard K of N (1-based), e.g. 3/8; join shards with `dtr merge`.
         #[arg(long)]
         shard: Option<String>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// The paper's Theorem 3.1: uniform chains of each length under ⌈2√N⌉
+    /// activations, with the Revolve optimum and static √N checkpointing
+    /// beside each heuristic; writes chains.csv and chains.svg.
+    Chains {
+        /// Chain lengths, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "100,316,1000,3162,10000,31623,100000"
+        )]
+        lengths: Vec<usize>,
+        /// Heuristics, comma-separated. (`dtr` is quadratic on very long
+        /// evicted chains; `dtr-eq` is the paper's heuristic for the theorem.)
+        #[arg(long, value_delimiter = ',', default_value = "dtr-eq")]
+        heuristics: Vec<String>,
+        #[arg(long)]
+        jobs: Option<usize>,
         #[arg(long)]
         out: PathBuf,
     },
@@ -262,12 +283,15 @@ fn run_replay(
         .with_seed(args.seed);
     let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
     let report = match timeline {
-        Some(timeline) => {
-            replay_observed(&trace, &mut interpreter, Kernels::Recorded, |clock, dtr| {
+        Some(timeline) => replay_observed(
+            &trace,
+            &mut interpreter,
+            Kernels::Recorded,
+            |clock, dtr, _| {
                 timeline.observe(clock, dtr);
                 Ok(())
-            })?
-        }
+            },
+        )?,
         None => replay(&trace, &mut interpreter, Kernels::Recorded)?,
     };
     Ok((base, budget, report, interpreter.memory().arena))
@@ -295,6 +319,24 @@ fn write_timeline(
             budget as f64 / baseline_peak.max(1) as f64
         );
         dtr::experiments::plot::timeline_chart(timeline, &title, path)
+    }
+}
+
+/// Worker threads: the flag, or every core.
+fn jobs_or_cores(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Progress on stderr, one update per percent so logs of long runs stay short.
+fn progress(what: &'static str) -> impl Fn(usize, usize) + Sync {
+    move |done, total| {
+        let percent = |n: usize| 100 * n / total.max(1);
+        if done == total || percent(done) != percent(done.saturating_sub(1)) {
+            eprint!("\r{what}: {done}/{total} runs ({}%)", percent(done));
+        }
+        if done == total {
+            eprintln!();
+        }
     }
 }
 
@@ -463,6 +505,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             let heuristics = if heuristics.iter().any(|h| h == "all") {
                 dtr::policy::heuristic_names()
                     .filter(|h| *h != "dtr-walk")
+                    .chain([dtr::experiments::STATIC_CHECKPOINTING])
                     .map(String::from)
                     .collect()
             } else {
@@ -493,18 +536,8 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 .as_deref()
                 .map(dtr::experiments::Shard::parse)
                 .transpose()?;
-            let jobs =
-                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            let progress = |done: usize, total: usize| {
-                eprint!(
-                    "\rsweep: {done}/{total} runs ({}%)",
-                    100 * done / total.max(1)
-                );
-                if done == total {
-                    eprintln!();
-                }
-            };
-            let rows = spec.run(shard, jobs, &progress)?;
+            let jobs = jobs_or_cores(jobs);
+            let rows = spec.run(shard, jobs, &progress("sweep"))?;
             dtr::experiments::write_results(&out, &rows)?;
             dtr::experiments::plot::plot_all(&rows, &out)?;
             print!("{}", dtr::experiments::summary(&rows));
@@ -512,6 +545,49 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 "wrote {} and {}",
                 out.join("results.csv").display(),
                 out.join("results.json").display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Chains {
+            lengths,
+            heuristics,
+            jobs,
+            out,
+        } => {
+            if lengths.iter().any(|&n| n == 0) {
+                return Err(dtr::Error::InvalidArgument(
+                    "--lengths must be positive".into(),
+                ));
+            }
+            let rows = dtr::experiments::chains::run(
+                &lengths,
+                &heuristics,
+                jobs_or_cores(jobs),
+                &progress("chains"),
+            )?;
+            let io =
+                |e: std::io::Error| dtr::Error::InvalidArgument(format!("{}: {e}", out.display()));
+            std::fs::create_dir_all(&out).map_err(io)?;
+            std::fs::write(
+                out.join("chains.csv"),
+                dtr::experiments::chains::to_csv(&rows),
+            )
+            .map_err(io)?;
+            dtr::experiments::plot::chains_chart(&rows, &out.join("chains.svg"))?;
+            println!(
+                "| N | budget (activations) | policy | status | overhead | peak (activations) |"
+            );
+            println!("|---:|---:|---|---|---:|---:|");
+            for r in &rows {
+                println!(
+                    "| {} | {} | {} | {} | {:.3} | {:.0} |",
+                    r.length, r.budget_units, r.policy, r.status, r.overhead, r.peak_units
+                );
+            }
+            eprintln!(
+                "wrote {} and {}",
+                out.join("chains.csv").display(),
+                out.join("chains.svg").display()
             );
             Ok(ExitCode::SUCCESS)
         }

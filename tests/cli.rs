@@ -130,3 +130,67 @@ fn info_reports_the_baseline() {
     );
     assert!(info["ops"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn replay_draws_a_timeline_or_writes_its_samples() {
+    let dir = std::env::temp_dir().join(format!("dtr-cli-timeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("t.svg");
+    let csv = dir.join("t.csv");
+    for (path, memory) in [(&svg, "arena"), (&csv, "counter")] {
+        let (ok, _, stderr) = dtr(&[
+            "replay",
+            "traces/mlp-small.jsonl",
+            "--ratio",
+            "0.6",
+            "--memory",
+            memory,
+            "--timeline",
+            path.to_str().unwrap(),
+        ]);
+        assert!(ok, "{stderr}");
+    }
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.starts_with("<svg") && drawn.contains("fragmentation"));
+    let samples = std::fs::read_to_string(&csv).unwrap();
+    assert!(samples.starts_with("clock,in_use_bytes,evictions,rematerializations,fragmentation"));
+    let evictions: u64 = samples
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(2).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(evictions > 0, "a 0.6 budget evicts");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn chains_writes_its_table_and_chart() {
+    let dir = std::env::temp_dir().join(format!("dtr-cli-chains-{}", std::process::id()));
+    let (ok, stdout, stderr) = dtr(&[
+        "chains",
+        "--lengths",
+        "100,400",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    for policy in ["dtr-eq", "revolve", "static-sqrt"] {
+        assert!(
+            stdout.contains(&format!("| 400 | 40 | {policy} | ok |")),
+            "{stdout}"
+        );
+    }
+    assert!(std::fs::read_to_string(dir.join("chains.svg"))
+        .unwrap()
+        .starts_with("<svg"));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("chains.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        1 + 2 * 3
+    );
+    let (ok, _, stderr) = dtr(&["chains", "--lengths", "0", "--out", dir.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("--lengths"));
+    std::fs::remove_dir_all(dir).ok();
+}

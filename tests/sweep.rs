@@ -268,7 +268,7 @@ fn a_replay_timeline_accounts_for_every_event() {
             .with_memory(memory);
         let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
         let mut timeline = Timeline::new();
-        let report = replay_observed(&trace, &mut dtr, Kernels::Recorded, |clock, dtr| {
+        let report = replay_observed(&trace, &mut dtr, Kernels::Recorded, |clock, dtr, _| {
             timeline.observe(clock, dtr);
             Ok(())
         })
@@ -313,5 +313,131 @@ fn a_replay_timeline_accounts_for_every_event() {
         assert_eq!(svg.contains("fragmentation"), arena);
         std::fs::remove_file(path).ok();
         assert!(timeline.to_csv().lines().count() == trace.events.len() + 1);
+    }
+}
+
+mod baselines {
+    use dtr::experiments::chains;
+    use dtr::experiments::checkpoint::CheckpointPlan;
+    use dtr::experiments::generate::{generate, Workload, UNIT};
+    use dtr::experiments::STATIC_CHECKPOINTING;
+    use dtr::trace::replay::{replay, Kernels, ReplayStatus};
+    use dtr::{Config, CpuBackend, Interpreter, SimulatorBackend};
+
+    /// On a uniform chain, Chen et al.'s plan keeps about √N checkpoints,
+    /// needs about 2√N activations and recomputes one forward pass.
+    #[test]
+    fn static_checkpointing_on_a_chain_keeps_sqrt_n_and_recomputes_once() {
+        for length in [100usize, 400, 2500] {
+            let trace = generate(Workload::Chain { length }, "chain").unwrap();
+            let plan = CheckpointPlan::new(&trace).unwrap();
+            let root = (length as f64).sqrt();
+            assert!(
+                (plan.checkpoints as f64) > root / 2.0 && (plan.checkpoints as f64) < root * 2.0,
+                "{length}: {} checkpoints",
+                plan.checkpoints
+            );
+            let mut dtr =
+                Interpreter::new(SimulatorBackend::new(), Config::default().with_events(true))
+                    .unwrap();
+            let report = plan.run(&trace, &mut dtr, Kernels::Recorded).unwrap();
+            assert_eq!(report.status, ReplayStatus::Ok);
+            let peak_units = report.peak_bytes / UNIT;
+            assert!(
+                peak_units as f64 <= 2.0 * root + 6.0,
+                "{length}: peak {peak_units} activations"
+            );
+            // N forward + 1 + N backward, plus one recomputed forward at most.
+            let overhead = report.stats.overhead();
+            assert!(overhead > 1.3 && overhead <= 1.5, "{length}: {overhead}");
+            assert_eq!(dtr.memory().in_use_bytes, 0, "everything released");
+        }
+    }
+
+    /// On real kernels the plan's recomputation reproduces every value.
+    #[test]
+    fn static_checkpointing_reproduces_the_values_on_the_cpu() {
+        let path = super::shipped_trace();
+        let (trace, _) = dtr::trace::load(&path, None).unwrap();
+        let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+        let expected = replay(&trace, &mut unbounded, Kernels::Execute).unwrap();
+        let plan = CheckpointPlan::new(&trace).unwrap();
+        assert!(plan.saved > plan.checkpoints && plan.checkpoints > 0);
+        let mut dtr =
+            Interpreter::new(CpuBackend::new(), Config::default().with_events(true)).unwrap();
+        let report = plan.run(&trace, &mut dtr, Kernels::Execute).unwrap();
+        assert_eq!(report.status, ReplayStatus::Ok);
+        assert!(report.stats.rematerializations > 0);
+        assert!(!expected.reads.is_empty());
+        assert_eq!(report.reads, expected.reads, "bitwise equal reads");
+    }
+
+    #[test]
+    fn static_checkpointing_needs_recorded_events() {
+        let trace = generate(Workload::Chain { length: 10 }, "chain").unwrap();
+        let plan = CheckpointPlan::new(&trace).unwrap();
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), Config::default()).unwrap();
+        assert!(plan.run(&trace, &mut dtr, Kernels::Recorded).is_err());
+    }
+
+    /// A sweep runs static checkpointing once per trace and memory model.
+    #[test]
+    fn a_sweep_runs_static_checkpointing_once_per_trace() {
+        // One training step (the plan covers the step holding the peak).
+        let path = std::env::temp_dir().join(format!("dtr-resnet-{}.jsonl", std::process::id()));
+        let trace = generate(
+            Workload::Resnet {
+                length: 40,
+                skip: 2,
+            },
+            "resnet",
+        )
+        .unwrap();
+        std::fs::write(&path, dtr::trace::native::to_string(&trace)).unwrap();
+        let spec = dtr::experiments::SweepSpec {
+            traces: vec![path.clone()],
+            heuristics: vec!["dtr".into(), STATIC_CHECKPOINTING.into()],
+            ..super::spec()
+        };
+        let rows = spec.run(None, 2, &|_, _| {}).unwrap();
+        let fixed: Vec<_> = rows
+            .iter()
+            .filter(|r| r.heuristic == STATIC_CHECKPOINTING)
+            .collect();
+        assert_eq!(fixed.len(), spec.memories.len());
+        assert!(fixed
+            .iter()
+            .all(|r| r.status == "ok" && r.ratio < 1.0 && r.budget_bytes == r.peak_bytes));
+        assert!(rows.iter().enumerate().all(|(i, r)| r.index == i));
+        std::fs::remove_file(path).ok();
+    }
+
+    /// Theorem 3.1: under ⌈2√N⌉ activations DTR's overhead stays bounded
+    /// as N grows, and never beats the Revolve optimum for that memory.
+    #[test]
+    fn chains_under_two_sqrt_n_stay_within_a_constant_of_revolve() {
+        let lengths = [100, 1000, 10_000];
+        let rows = chains::run(&lengths, &["dtr-eq".into()], 2, &|_, _| {}).unwrap();
+        assert_eq!(rows.len(), lengths.len() * 3);
+        for &length in &lengths {
+            let get = |policy: &str| {
+                rows.iter()
+                    .find(|r| r.length == length && r.policy == policy)
+                    .unwrap()
+            };
+            let (dtr, optimum) = (get("dtr-eq"), get(chains::REVOLVE));
+            assert_eq!(dtr.status, "ok");
+            assert!(dtr.peak_units <= dtr.budget_units as f64);
+            assert!(
+                dtr.overhead >= optimum.overhead,
+                "{length}: beat the optimum"
+            );
+            assert!(dtr.overhead < 1.7, "{length}: {}", dtr.overhead);
+        }
+        let path = std::env::temp_dir().join(format!("dtr-chains-{}.svg", std::process::id()));
+        dtr::experiments::plot::chains_chart(&rows, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("revolve") && svg.contains("dtr-eq"));
+        std::fs::remove_file(path).ok();
     }
 }

@@ -25,7 +25,7 @@ pub enum Workload {
 }
 
 /// Bytes of a unit activation.
-const UNIT: u64 = 1 << 20;
+pub const UNIT: u64 = 1 << 20;
 
 struct Builder {
     trace: TraceBuilder,

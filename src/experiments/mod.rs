@@ -2,6 +2,8 @@
 //! memory model × sampling × seed × ratio), run in parallel, written as
 //! CSV and JSON, shardable across machines and mergeable again.
 
+pub mod chains;
+pub mod checkpoint;
 pub mod generate;
 pub mod plot;
 pub mod revolve;
@@ -21,6 +23,11 @@ use crate::policy::Sampling;
 use crate::trace::replay::{baseline, replay, Baseline, Kernels};
 use crate::trace::{self, Trace, TraceFormat};
 use crate::SimulatorBackend;
+
+/// The name under which static √N checkpointing ([`checkpoint`]) runs in a
+/// sweep beside the heuristics: one unbounded run per trace and memory
+/// model, whose ratio is the peak it reached.
+pub const STATIC_CHECKPOINTING: &str = "static-sqrt";
 
 /// The grid to run.
 #[derive(Debug, Clone)]
@@ -115,15 +122,22 @@ fn sampling_name(sampling: Sampling) -> &'static str {
 
 impl SweepSpec {
     /// Every cell, in a fixed order: trace, heuristic, memory, sampling,
-    /// seed, then ratio (fastest).
+    /// seed, then ratio (fastest). Static checkpointing takes no budget and
+    /// no randomness: one cell per trace and memory model.
     pub fn cells(&self) -> Vec<Cell> {
         let mut cells = Vec::new();
         for trace in 0..self.traces.len() {
             for heuristic in 0..self.heuristics.len() {
+                let fixed = self.heuristics[heuristic] == STATIC_CHECKPOINTING;
+                let (samplings, seeds, ratios) = if fixed {
+                    (1, 1, 1)
+                } else {
+                    (self.samplings.len(), self.seeds.max(1), self.ratios.len())
+                };
                 for memory in 0..self.memories.len() {
-                    for sampling in 0..self.samplings.len() {
-                        for seed in 0..self.seeds.max(1) {
-                            for ratio in 0..self.ratios.len() {
+                    for sampling in 0..samplings {
+                        for seed in 0..seeds {
+                            for ratio in 0..ratios {
                                 let index = cells.len();
                                 cells.push(Cell {
                                     index,
@@ -152,7 +166,11 @@ impl SweepSpec {
         jobs: usize,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Vec<Row>> {
-        for name in &self.heuristics {
+        for name in self
+            .heuristics
+            .iter()
+            .filter(|h| *h != STATIC_CHECKPOINTING)
+        {
             crate::policy::heuristic_by_name(name, 0)?;
         }
         let loaded: Vec<(Trace, TraceFormat, Baseline)> = self
@@ -169,26 +187,11 @@ impl SweepSpec {
             .into_iter()
             .filter(|c| shard.is_none_or(|s| s.owns(c.index)))
             .collect();
-        let results: Mutex<Vec<Option<Result<Row>>>> = Mutex::new(vec![None; cells.len()]);
-        let next = AtomicUsize::new(0);
-        let done = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..jobs.max(1) {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(cell) = cells.get(i) else { break };
-                    let row = self.run_cell(cell, &loaded[cell.trace]);
-                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(row);
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, cells.len());
-                });
-            }
-        });
-        results
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-            .into_iter()
-            .map(|r| r.expect("every cell ran"))
-            .collect()
+        parallel_map(&cells, jobs, progress, |cell| {
+            self.run_cell(cell, &loaded[cell.trace])
+        })
+        .into_iter()
+        .collect()
     }
 
     fn run_cell(
@@ -196,19 +199,32 @@ impl SweepSpec {
         cell: &Cell,
         (trace, format, base): &(Trace, TraceFormat, Baseline),
     ) -> Result<Row> {
-        let ratio = self.ratios[cell.ratio];
-        let budget = (ratio * base.peak_bytes as f64).floor() as u64;
         let (memory, sampling) = (self.memories[cell.memory], self.samplings[cell.sampling]);
         let config = Config::default()
-            .with_budget_bytes(budget)
-            .with_heuristic(self.heuristics[cell.heuristic].clone())
             .with_retained_history(*format == TraceFormat::Simrd)
-            .with_remat_limit(((self.thrash_limit - 1.0) * base.compute as f64).floor() as u64)
             .with_memory(memory)
             .with_sampling(sampling)
             .with_seed(cell.seed);
-        let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
-        let report = replay(trace, &mut interpreter, Kernels::Recorded)?;
+        let (ratio, budget, report, interpreter) = if self.heuristics[cell.heuristic]
+            == STATIC_CHECKPOINTING
+        {
+            let plan = checkpoint::CheckpointPlan::new(trace)?;
+            let mut interpreter =
+                Interpreter::new(SimulatorBackend::new(), config.with_events(true))?;
+            let report = plan.run(trace, &mut interpreter, Kernels::Recorded)?;
+            let ratio = report.peak_bytes as f64 / base.peak_bytes.max(1) as f64;
+            (ratio, report.peak_bytes, report, interpreter)
+        } else {
+            let ratio = self.ratios[cell.ratio];
+            let budget = (ratio * base.peak_bytes as f64).floor() as u64;
+            let config = config
+                .with_budget_bytes(budget)
+                .with_heuristic(self.heuristics[cell.heuristic].clone())
+                .with_remat_limit(((self.thrash_limit - 1.0) * base.compute as f64).floor() as u64);
+            let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
+            let report = replay(trace, &mut interpreter, Kernels::Recorded)?;
+            (ratio, budget, report, interpreter)
+        };
         Ok(Row {
             index: cell.index,
             trace: self.traces[cell.trace].display().to_string(),
@@ -228,6 +244,36 @@ impl SweepSpec {
             wall_seconds: report.wall_seconds,
         })
     }
+}
+
+/// `f` over `items` on `jobs` threads, results in `items`' order whatever
+/// the scheduling; `progress(done, total)` is called as each finishes.
+pub fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let result = f(item);
+                results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1, items.len());
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
 }
 
 /// The CSV header, in [`Row`]'s field order.

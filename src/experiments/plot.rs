@@ -10,6 +10,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use super::chains::ChainRow;
 use super::timeline::{Sample, Timeline};
 use super::Row;
 use crate::error::{Error, Result};
@@ -81,6 +82,8 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
         .fold(2.0f64, f64::max)
         .min(10.0)
         * 1.05;
+    // Static checkpointing may need more than the unbounded peak.
+    let right = rows.iter().map(|r| r.ratio).fold(1.0f64, f64::max) * 1.05;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
     root.fill(&WHITE).map_err(|e| draw(&e))?;
@@ -95,7 +98,7 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(55)
-        .build_cartesian_2d(0.0f64..1.05, 1.0f64..top)
+        .build_cartesian_2d(0.0f64..right, 1.0f64..top)
         .map_err(|e| draw(&e))?;
     chart
         .configure_mesh()
@@ -105,6 +108,24 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
         .map_err(|e| draw(&e))?;
     for (i, name) in policies.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
+        if name == super::STATIC_CHECKPOINTING {
+            // One point: the peak it needs and what it costs.
+            let points: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| policy(r) == *name && r.status == "ok")
+                .map(|r| (r.ratio, r.overhead.min(top)))
+                .collect();
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .map(|&p| Circle::new(p, 8, color.stroke_width(3))),
+                )
+                .map_err(|e| draw(&e))?
+                .label(format!("{name} (Chen et al., √N checkpoints)"))
+                .legend(move |(x, y)| Circle::new((x + 8, y), 6, color.stroke_width(3)));
+            continue;
+        }
         let mut ok: Vec<(f64, f64)> = rows
             .iter()
             .filter(|r| policy(r) == *name && r.status == "ok")
@@ -141,6 +162,7 @@ pub fn comparison_chart(rows: &[Row], path: &Path) -> Result<()> {
     let traces = distinct(rows.iter().map(|r| r.trace.clone()));
     let policies = distinct(rows.iter().map(policy));
     let names: Vec<String> = traces.iter().map(|t| short_name(t)).collect();
+    let top = rows.iter().map(|r| r.ratio * 1.1).fold(1.45f64, f64::max);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
     root.fill(&WHITE).map_err(|e| draw(&e))?;
@@ -152,8 +174,9 @@ pub fn comparison_chart(rows: &[Row], path: &Path) -> Result<()> {
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(55)
-        // Headroom above 1.0 keeps the legend clear of the points.
-        .build_cartesian_2d(-0.5f64..traces.len() as f64 - 0.5, 0.0f64..1.45)
+        // Headroom above 1.0 keeps the legend clear of the points; static
+        // checkpointing may need more than the unbounded peak.
+        .build_cartesian_2d(-0.5f64..traces.len() as f64 - 0.5, 0.0f64..top)
         .map_err(|e| draw(&e))?;
     chart
         .configure_mesh()
@@ -320,4 +343,84 @@ pub fn timeline_chart(timeline: &Timeline, title: &str, path: &Path) -> Result<(
             .map_err(|e| draw(&e))?;
     }
     root.present().map_err(|e| plot_error(path, e))
+}
+
+/// The Theorem 3.1 experiment: overhead against chain length (log scale)
+/// at a budget of ⌈2√N⌉ activations, one line per policy.
+pub fn chains_chart(rows: &[ChainRow], path: &Path) -> Result<()> {
+    let policies = distinct(rows.iter().map(|r| r.policy.clone()));
+    let log = |n: usize| (n.max(1) as f64).log10();
+    let (left, right) = rows.iter().fold((f64::MAX, f64::MIN), |(lo, hi), r| {
+        (lo.min(log(r.length)), hi.max(log(r.length)))
+    });
+    let (left, right) = if left <= right {
+        (left - 0.1, right + 0.1)
+    } else {
+        (1.0, 2.0)
+    };
+    let top = rows
+        .iter()
+        .map(|r| r.overhead)
+        .fold(2.0f64, f64::max)
+        .min(10.0)
+        * 1.1;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
+    root.fill(&WHITE).map_err(|e| draw(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "uniform chains under ⌈2√N⌉ activations: overhead stays O(1)",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(55)
+        .build_cartesian_2d(left..right, 1.0f64..top)
+        .map_err(|e| draw(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("chain length N (layers)")
+        .y_desc("compute overhead (× unbounded)")
+        .x_label_formatter(&|x| format!("{:.0}", 10f64.powf(*x)))
+        .draw()
+        .map_err(|e| draw(&e))?;
+    for (i, name) in policies.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.policy == *name && r.status == "ok")
+            .map(|r| (log(r.length), r.overhead.min(top)))
+            .collect();
+        let label = match name.as_str() {
+            super::chains::REVOLVE => "revolve (optimal, same memory)".to_string(),
+            super::STATIC_CHECKPOINTING => {
+                format!("{name} (Chen et al., no budget; peak in the CSV)")
+            }
+            _ => name.clone(),
+        };
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| draw(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| draw(&e))?;
+        chart
+            .draw_series(
+                rows.iter()
+                    .filter(|r| r.policy == *name && r.status != "ok")
+                    .map(|r| {
+                        Cross::new(
+                            (log(r.length), r.overhead.min(top)),
+                            5,
+                            color.stroke_width(2),
+                        )
+                    }),
+            )
+            .map_err(|e| draw(&e))?;
+    }
+    finish(&mut chart, &root, path)
 }

@@ -284,6 +284,24 @@ impl<B: Backend> Interpreter<B> {
         Ok(())
     }
 
+    /// Evicts `tensor`'s storage now, as a static schedule would (it comes
+    /// back by recomputation when next needed). `tensor` may be one whose
+    /// handles are gone but which is kept as history. Returns whether it was
+    /// evicted: puts, pinned, locked and already evicted storages are not.
+    pub fn evict_now(&mut self, tensor: TensorId) -> Result<bool> {
+        let storage = self
+            .graph
+            .tensors
+            .get(tensor)
+            .ok_or_else(|| Error::UnknownTensor(format!("{tensor:?}")))?
+            .storage;
+        if !self.pool.contains(storage) {
+            return Ok(false);
+        }
+        self.evict(storage, false);
+        Ok(true)
+    }
+
     /// Undoes one [`Interpreter::pin`].
     pub fn unpin(&mut self, tensor: TensorId) -> Result<()> {
         let storage = self.live_tensor(tensor)?.storage;
@@ -321,6 +339,10 @@ impl<B: Backend> Interpreter<B> {
             budget_bytes: counter.budget_bytes(),
             arena: self.memory.arena().map(|arena| arena.report()),
         }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     pub fn stats(&self) -> &Stats {

@@ -61,16 +61,17 @@ pub fn replay<B: Backend>(
     dtr: &mut Interpreter<B>,
     kernels: Kernels,
 ) -> Result<ReplayReport> {
-    replay_observed(trace, dtr, kernels, |_, _| Ok(()))
+    replay_observed(trace, dtr, kernels, |_, _, _| Ok(()))
 }
 
-/// [`replay`], calling `after_event(index, dtr)` once each trace event has
-/// run (for timelines and schedules that act between events).
+/// [`replay`], calling `after_event(index, dtr, tensors)` once each trace
+/// event has run, with the interpreter's tensor for each trace tensor made
+/// so far (for timelines, and for schedules that act between events).
 pub fn replay_observed<B: Backend>(
     trace: &Trace,
     dtr: &mut Interpreter<B>,
     kernels: Kernels,
-    mut after_event: impl FnMut(usize, &mut Interpreter<B>) -> Result<()>,
+    mut after_event: impl FnMut(usize, &mut Interpreter<B>, &[Option<TensorId>]) -> Result<()>,
 ) -> Result<ReplayReport> {
     let started = Instant::now();
     let mut tensors: Vec<Option<TensorId>> = vec![None; trace.tensor_count()];
@@ -78,7 +79,7 @@ pub fn replay_observed<B: Backend>(
     let mut outcome = (ReplayStatus::Ok, None);
     for (index, event) in trace.events.iter().enumerate() {
         let stepped = step(trace, index, event, dtr, kernels, &mut tensors, &mut reads)
-            .and_then(|()| after_event(index, dtr));
+            .and_then(|()| after_event(index, dtr, &tensors));
         match stepped {
             Ok(()) => {}
             Err(error @ Error::OutOfMemory { .. }) => {

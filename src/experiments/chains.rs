@@ -1,0 +1,137 @@
+//! The DTR paper's Theorem 3.1 as an experiment: on a uniform chain of N
+//! layers (forward and backward, unit sizes and costs) under a budget of
+//! ⌈2√N⌉ activations, DTR's overhead stays O(1) as N grows. Beside each
+//! heuristic: the Revolve optimum for the same memory, and static √N
+//! checkpointing (which needs no budget; its peak is reported).
+
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::CheckpointPlan;
+use super::generate::{generate, Workload, UNIT};
+use super::{parallel_map, revolve, STATIC_CHECKPOINTING};
+use crate::error::Result;
+use crate::interp::Interpreter;
+use crate::trace::replay::{replay, Kernels};
+use crate::{Config, SimulatorBackend};
+
+/// The Revolve optimum's name in the results.
+pub const REVOLVE: &str = "revolve";
+
+/// Activations a chain of `length` layers may keep: ⌈2√N⌉.
+pub fn budget_units(length: usize) -> u64 {
+    (2.0 * (length as f64).sqrt()).ceil() as u64
+}
+
+/// One point of the experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainRow {
+    pub length: usize,
+    /// Budget in activations (⌈2√N⌉).
+    pub budget_units: u64,
+    /// A heuristic, `revolve` or `static-sqrt`.
+    pub policy: String,
+    pub status: String,
+    /// Compute over the unbounded run's (2N + 1 unit ops).
+    pub overhead: f64,
+    /// Peak memory in activations.
+    pub peak_units: f64,
+    pub rematerializations: u64,
+    pub wall_seconds: f64,
+}
+
+/// Runs every heuristic, Revolve and static checkpointing on chains of
+/// each length, on `jobs` threads; rows in (length, policy) order.
+pub fn run(
+    lengths: &[usize],
+    heuristics: &[String],
+    jobs: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<ChainRow>> {
+    for name in heuristics {
+        crate::policy::heuristic_by_name(name, 0)?;
+    }
+    let policies: Vec<&str> = heuristics
+        .iter()
+        .map(String::as_str)
+        .chain([REVOLVE, STATIC_CHECKPOINTING])
+        .collect();
+    let cells: Vec<(usize, &str)> = lengths
+        .iter()
+        .flat_map(|&length| policies.iter().map(move |&policy| (length, policy)))
+        .collect();
+    parallel_map(&cells, jobs, progress, |&(length, policy)| {
+        run_one(length, policy)
+    })
+    .into_iter()
+    .collect()
+}
+
+fn run_one(length: usize, policy: &str) -> Result<ChainRow> {
+    let units = budget_units(length);
+    let baseline_compute = 2 * length as u64 + 1;
+    let row = |status: &str, compute: u64, peak_bytes: u64, remats: u64, wall: f64| ChainRow {
+        length,
+        budget_units: units,
+        policy: policy.to_string(),
+        status: status.to_string(),
+        overhead: compute as f64 / baseline_compute as f64,
+        peak_units: peak_bytes as f64 / UNIT as f64,
+        rematerializations: remats,
+        wall_seconds: wall,
+    };
+    if policy == REVOLVE {
+        // Of the budget, two activations are the backward pass's gradients
+        // (in and out); the rest are Revolve's checkpoint slots.
+        let extra = revolve::extra_steps(length as u64, units.saturating_sub(2));
+        return Ok(match extra {
+            Some(extra) => row("ok", baseline_compute + extra, units * UNIT, extra, 0.0),
+            None => row("oom", baseline_compute, units * UNIT, 0, 0.0),
+        });
+    }
+    let trace = generate(Workload::Chain { length }, &format!("chain-{length}"))?;
+    let (report, peak) = if policy == STATIC_CHECKPOINTING {
+        let plan = CheckpointPlan::new(&trace)?;
+        let config = Config::default().with_events(true);
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), config)?;
+        let report = plan.run(&trace, &mut dtr, Kernels::Recorded)?;
+        let peak = report.peak_bytes;
+        (report, peak)
+    } else {
+        let config = Config::default()
+            .with_budget_bytes(units * UNIT)
+            .with_heuristic(policy)
+            .with_remat_limit(10 * baseline_compute);
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), config)?;
+        let report = replay(&trace, &mut dtr, Kernels::Recorded)?;
+        let peak = report.peak_bytes;
+        (report, peak)
+    };
+    Ok(row(
+        report.status.as_str(),
+        report.stats.compute,
+        peak,
+        report.stats.rematerializations,
+        report.wall_seconds,
+    ))
+}
+
+/// The rows as CSV, header first.
+pub fn to_csv(rows: &[ChainRow]) -> String {
+    let mut out = String::from(
+        "length,budget_units,policy,status,overhead,peak_units,rematerializations,wall_seconds\n",
+    );
+    for r in rows {
+        out += &format!(
+            "{},{},{},{},{},{},{},{}\n",
+            r.length,
+            r.budget_units,
+            r.policy,
+            r.status,
+            r.overhead,
+            r.peak_units,
+            r.rematerializations,
+            r.wall_seconds
+        );
+    }
+    out
+}
