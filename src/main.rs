@@ -554,7 +554,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             jobs,
             out,
         } => {
-            if lengths.iter().any(|&n| n == 0) {
+            if lengths.contains(&0) {
                 return Err(dtr::Error::InvalidArgument(
                     "--lengths must be positive".into(),
                 ));
