@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod config;
+pub mod eager;
 pub mod error;
 pub mod experiments;
 pub mod graph;

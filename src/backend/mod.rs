@@ -32,7 +32,7 @@ impl<B> Clone for BufferView<'_, B> {
 impl<B> Copy for BufferView<'_, B> {}
 
 /// Where ops run and tensors live.
-pub trait Backend {
+pub trait Backend: 'static {
     /// The memory behind one storage.
     type Buffer;
 
