@@ -575,14 +575,27 @@ pub struct ParamInner<B: Backend> {
 }
 
 impl<B: Backend> ParamInner<B> {
-    /// Adds `grad` to the accumulated gradient.
+    /// Adds `grad` to the accumulated gradient. The sum is cut from its
+    /// history (a root, as gradients are leaves in PyTorch): recomputing it
+    /// would replay the backward pass, and its history would keep the
+    /// forward pass's tensors tracked until the optimiser step.
     pub(crate) fn accumulate(&self, grad: Tensor<B>) -> Result<()> {
-        let grad = grad.detach();
         let mut slot = self.grad.borrow_mut();
-        *slot = Some(match slot.take() {
+        let sum = match slot.take() {
             Some(sum) => sum.add(&grad)?,
-            None => grad,
-        });
+            None => grad.detach(),
+        };
+        let session = sum.session().clone();
+        let root = match session.with_interpreter(|dtr| dtr.detach(sum.id())) {
+            Ok(()) => sum,
+            // A view of another tensor's storage: cut a packed copy instead.
+            Err(_) => {
+                let copy = Tensor::plain(Op::Contiguous, &[&sum])?;
+                session.with_interpreter(|dtr| dtr.detach(copy.id()))?;
+                copy
+            }
+        };
+        *slot = Some(root);
         Ok(())
     }
 }
