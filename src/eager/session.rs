@@ -102,8 +102,11 @@ impl<B: Backend> Session<B> {
     pub(crate) fn release(&self, id: TensorId) {
         match self.shared.interpreter.try_borrow_mut() {
             Ok(mut dtr) => {
-                // A handle the session itself made is always live.
-                let _ = dtr.del(id);
+                // A handle the session made is live and no op is running
+                // between calls, so this cannot fail; say so if it ever does.
+                if let Err(error) = dtr.del(id) {
+                    tracing::warn!(target: "dtr::eager", %error, "releasing a tensor handle");
+                }
             }
             Err(_) => self.shared.pending_dels.borrow_mut().push(id),
         }
