@@ -136,19 +136,7 @@ macro_rules! same_program {
 }
 
 fn unary_ops<T: Target>() {
-    for (i, op) in [
-        UnaryOp::Neg,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, op) in UnaryOp::ALL.into_iter().enumerate() {
         let positive = matches!(op, UnaryOp::Log | UnaryOp::Sqrt);
         let (lo, hi) = if positive { (0.1, 3.0) } else { (-3.0, 3.0) };
         let tol = if matches!(op, UnaryOp::Neg | UnaryOp::Relu) {
@@ -175,10 +163,7 @@ fn unary_ops<T: Target>() {
 }
 
 fn binary_and_scalar_ops<T: Target>() {
-    for (i, op) in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, op) in BinaryOp::ALL.into_iter().enumerate() {
         let inputs = [
             random(i as u64, &[4, 1], 0.5, 2.0),
             random(9, &[3], 0.5, 2.0),

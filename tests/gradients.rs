@@ -112,16 +112,7 @@ fn apply(dtr: &mut Dtr, op: Op, inputs: &[TensorId]) -> TensorId {
 #[test]
 fn unary_backward() {
     let mut rng = StdRng::seed_from_u64(1);
-    for op in [
-        UnaryOp::Neg,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-    ] {
+    for op in UnaryOp::ALL {
         let x = match op {
             UnaryOp::Log | UnaryOp::Sqrt => random(&mut rng, &[3, 4], 0.5, 2.0),
             UnaryOp::Relu => distinct(&mut rng, &[3, 4]),

@@ -9,18 +9,6 @@ use dtr::{
 };
 use proptest::prelude::*;
 
-const UNARY: [UnaryOp; 8] = [
-    UnaryOp::Neg,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Relu,
-    UnaryOp::Gelu,
-    UnaryOp::Tanh,
-    UnaryOp::Sigmoid,
-];
-const BINARY: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
-
 /// One instruction; tensor operands index the live handles modulo their count.
 #[derive(Debug, Clone)]
 enum Step {
@@ -44,8 +32,8 @@ fn step() -> impl Strategy<Value = Step> {
     let i = || 0usize..64;
     prop_oneof![
         1 => (1usize..5, any::<u32>()).prop_map(|(rows, seed)| Step::Put { rows, seed }),
-        3 => (0..UNARY.len(), i()).prop_map(|(op, a)| Step::Unary { op, a }),
-        3 => (0..BINARY.len(), i(), i()).prop_map(|(op, a, b)| Step::Binary { op, a, b }),
+        3 => (0..UnaryOp::ALL.len(), i()).prop_map(|(op, a)| Step::Unary { op, a }),
+        3 => (0..BinaryOp::ALL.len(), i(), i()).prop_map(|(op, a, b)| Step::Binary { op, a, b }),
         1 => (i(), any::<i8>()).prop_map(|(a, value)| Step::Scalar { a, value }),
         1 => (i(), i()).prop_map(|(a, b)| Step::MatMul { a, b }),
         1 => i().prop_map(|a| Step::Transpose { a }),
@@ -200,8 +188,8 @@ impl Runner {
         let other = |b: usize| self.pick(b).unwrap_or(a);
         match *step {
             Step::Put { .. } => unreachable!(),
-            Step::Unary { op, .. } => self.apply(Op::Unary(UNARY[op]), &[a]),
-            Step::Binary { op, b, .. } => self.apply(Op::Binary(BINARY[op]), &[a, other(b)]),
+            Step::Unary { op, .. } => self.apply(Op::Unary(UnaryOp::ALL[op]), &[a]),
+            Step::Binary { op, b, .. } => self.apply(Op::Binary(BinaryOp::ALL[op]), &[a, other(b)]),
             Step::Scalar { value, .. } => {
                 let op = if value % 2 == 0 {
                     ScalarOp::Add

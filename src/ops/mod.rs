@@ -32,6 +32,18 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
+    /// Every unary op, for tests and tools that cover them all.
+    pub const ALL: [UnaryOp; 8] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+    ];
+
     /// Whether [`Op::UnaryBackward`] takes this op's output (`true`) or its
     /// input (`false`) as the saved tensor. Saving the output where the
     /// derivative is cheap in it (exp, sqrt, tanh, sigmoid) is what frameworks do.
@@ -67,6 +79,9 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+
     pub fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
