@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 /// Gradients of a node's inputs, in input order (`None`: no gradient).
 pub(crate) type InputGrads<B> = SmallVec<[Option<Tensor<B>>; 3]>;
 
-/// Computes the inputs' gradients from the output's.
-pub(crate) type BackwardFn<B> = Box<dyn FnOnce(&Tensor<B>) -> Result<InputGrads<B>>>;
+/// Computes the inputs' gradients from the output's, given the op's
+/// outputs that the rule asked to keep (see [`GradFn::saved_outputs`]).
+pub(crate) type BackwardFn<B> = Box<dyn FnOnce(&Tensor<B>, &[Tensor<B>]) -> Result<InputGrads<B>>>;
 
 /// Where an input's gradient goes.
 pub(crate) enum Edge<B: Backend> {
@@ -42,6 +43,10 @@ pub(crate) struct GradFn<B: Backend> {
     pub(crate) inputs: SmallVec<[Option<Edge<B>>; 3]>,
     /// Taken when run: a graph is differentiated once.
     pub(crate) backward: RefCell<Option<BackwardFn<B>>>,
+    /// Gradient-free handles to the op's own outputs that the backward rule
+    /// reads (softmax's output, layer norm's statistics), filled in once
+    /// the op has run.
+    pub(crate) saved_outputs: RefCell<SmallVec<[Tensor<B>; 2]>>,
 }
 
 /// Runs the backward pass from `root` (whose gradient is `seed`).
@@ -83,8 +88,9 @@ pub(crate) fn backward<B: Backend>(root: &Rc<GradFn<B>>, seed: Tensor<B>) -> Res
                 node.name
             ))
         })?;
-        let input_grads = run(&grad)?;
-        drop(grad);
+        let saved = node.saved_outputs.take();
+        let input_grads = run(&grad, &saved)?;
+        drop((grad, saved));
         for (edge, input_grad) in node.inputs.iter().zip(input_grads) {
             let (Some(edge), Some(input_grad)) = (edge, input_grad) else {
                 continue;

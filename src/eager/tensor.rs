@@ -13,9 +13,13 @@ use crate::graph::TensorId;
 use crate::ops::{BinaryOp, Op, ReduceOp, ScalarOp, UnaryOp, Window2d};
 use crate::shape::Dims;
 
-/// Where a backward rule finds a tensor made after it was recorded (an
-/// op's own outputs), filled in once the op has run.
-type Slot<T> = Rc<RefCell<Option<T>>>;
+/// A backward rule as an op records it.
+struct Rule<B: Backend> {
+    name: &'static str,
+    /// Positions of the op's outputs the rule reads.
+    saves: &'static [usize],
+    backward: BackwardFn<B>,
+}
 
 struct TensorInner<B: Backend> {
     id: TensorId,
@@ -130,19 +134,31 @@ impl<B: Backend> Tensor<B> {
         name: &'static str,
         backward: impl FnOnce(&Tensor<B>) -> Result<InputGrads<B>> + 'static,
     ) -> Result<Tensor<B>> {
-        let mut outputs = Tensor::run(op, inputs, Some((name, Box::new(backward))))?;
+        let rule = Rule {
+            name,
+            saves: &[],
+            backward: Box::new(move |g, _| backward(g)),
+        };
+        let mut outputs = Tensor::run(op, inputs, Some(rule))?;
         Ok(outputs.swap_remove(0))
     }
 
-    /// [`Tensor::apply`] for ops with several outputs; the gradient flows
-    /// from the first one only.
-    fn apply_multi(
+    /// [`Tensor::apply`] for a rule that reads the op's outputs at the
+    /// positions `saves` (given to it in that order). Returns every output;
+    /// the gradient flows from the first one only.
+    fn apply_saving(
         op: Op,
         inputs: &[&Tensor<B>],
         name: &'static str,
-        backward: impl FnOnce(&Tensor<B>) -> Result<InputGrads<B>> + 'static,
+        saves: &'static [usize],
+        backward: impl FnOnce(&Tensor<B>, &[Tensor<B>]) -> Result<InputGrads<B>> + 'static,
     ) -> Result<SmallVec<[Tensor<B>; 3]>> {
-        Tensor::run(op, inputs, Some((name, Box::new(backward))))
+        let rule = Rule {
+            name,
+            saves,
+            backward: Box::new(backward),
+        };
+        Tensor::run(op, inputs, Some(rule))
     }
 
     /// Applies `op` recording no backward (the ops of backward rules).
@@ -154,7 +170,7 @@ impl<B: Backend> Tensor<B> {
     fn run(
         op: Op,
         inputs: &[&Tensor<B>],
-        backward: Option<(&'static str, BackwardFn<B>)>,
+        rule: Option<Rule<B>>,
     ) -> Result<SmallVec<[Tensor<B>; 3]>> {
         let session = inputs
             .first()
@@ -174,18 +190,36 @@ impl<B: Backend> Tensor<B> {
         let edges: SmallVec<[Option<Edge<B>>; 3]> =
             inputs.iter().map(|t| t.0.grad.clone()).collect();
         let records = !session.shared.no_grad.get() && edges.iter().any(Option::is_some);
-        let grad = match backward {
-            Some((name, backward)) if records => Some(Edge::Node(Rc::new(GradFn {
-                name,
-                inputs: edges,
-                backward: RefCell::new(Some(backward)),
-            }))),
-            _ => None,
+        let (node, saves) = match rule {
+            Some(rule) if records => {
+                let node = Rc::new(GradFn {
+                    name: rule.name,
+                    inputs: edges,
+                    backward: RefCell::new(Some(rule.backward)),
+                    saved_outputs: RefCell::new(SmallVec::new()),
+                });
+                (Some(node), rule.saves)
+            }
+            _ => (None, &[][..]),
         };
         let mut outputs: SmallVec<[Tensor<B>; 3]> = SmallVec::new();
         for (i, id) in made.into_iter().enumerate() {
-            let grad = if i == 0 { grad.clone() } else { None };
+            let grad = if i == 0 {
+                node.clone().map(Edge::Node)
+            } else {
+                None
+            };
             outputs.push(Tensor::wrap(&session, id, grad));
+        }
+        if let Some(node) = &node {
+            // Gradient-free handles: a handle with the edge would be a cycle.
+            let mut saved = node.saved_outputs.borrow_mut();
+            for &i in saves {
+                let output = outputs.get(i).ok_or_else(|| {
+                    Error::InvalidArgument(format!("`{}` has no output {i} to save", node.name))
+                })?;
+                saved.push(output.detach());
+            }
         }
         Ok(outputs)
     }
@@ -292,26 +326,24 @@ impl<B: Backend> Tensor<B> {
     }
 
     fn unary(&self, op: UnaryOp) -> Result<Tensor<B>> {
-        let input = self.clone();
-        let saved: Slot<Tensor<B>> = Rc::new(RefCell::new(None));
-        let output_slot = saved.clone();
-        let output = Tensor::apply(Op::Unary(op), &[self], op.name(), move |g| {
-            let saved = if op.backward_uses_output() {
-                output_slot.borrow_mut().take().expect("output saved")
-            } else {
-                input
-            };
+        let backward = move |g: &Tensor<B>, saved: &Tensor<B>| -> Result<InputGrads<B>> {
             Ok(smallvec![Some(Tensor::plain(
                 Op::UnaryBackward(op),
-                &[g, &saved]
+                &[g, saved]
             )?)])
-        })?;
-        if op.backward_uses_output() && output.requires_grad() {
-            // The backward reads the output: save a gradient-free handle to
-            // it (a strong handle with the gradient edge would be a cycle).
-            *saved.borrow_mut() = Some(output.detach());
+        };
+        if op.backward_uses_output() {
+            let mut outputs =
+                Tensor::apply_saving(Op::Unary(op), &[self], op.name(), &[0], move |g, saved| {
+                    backward(g, &saved[0])
+                })?;
+            Ok(outputs.swap_remove(0))
+        } else {
+            let input = self.clone();
+            Tensor::apply(Op::Unary(op), &[self], op.name(), move |g| {
+                backward(g, &input)
+            })
         }
-        Ok(output)
     }
 
     pub fn exp(&self) -> Result<Tensor<B>> {
@@ -431,49 +463,36 @@ impl<B: Backend> Tensor<B> {
     }
 
     fn softmax_like(&self, axis: isize, log: bool) -> Result<Tensor<B>> {
-        let slot: Slot<Tensor<B>> = Rc::new(RefCell::new(None));
-        let saved = slot.clone();
         let (op, backward) = if log {
             (Op::LogSoftmax { axis }, Op::LogSoftmaxBackward { axis })
         } else {
             (Op::Softmax { axis }, Op::SoftmaxBackward { axis })
         };
-        let output = Tensor::apply(op, &[self], "softmax", move |g| {
-            let y = saved.borrow_mut().take().expect("output saved");
-            Ok(smallvec![Some(Tensor::plain(backward, &[g, &y])?)])
+        let mut outputs = Tensor::apply_saving(op, &[self], "softmax", &[0], move |g, y| {
+            Ok(smallvec![Some(Tensor::plain(backward, &[g, &y[0]])?)])
         })?;
-        if output.requires_grad() {
-            *slot.borrow_mut() = Some(output.detach());
-        }
-        Ok(output)
+        Ok(outputs.swap_remove(0))
     }
 
     /// Layer norm over the last axis with `gamma` and `beta` of that size.
     pub fn layer_norm(&self, gamma: &Tensor<B>, beta: &Tensor<B>, eps: f32) -> Result<Tensor<B>> {
         let (x, w) = (self.clone(), gamma.clone());
-        let stats: Slot<(Tensor<B>, Tensor<B>)> = Rc::new(RefCell::new(None));
-        let saved = stats.clone();
-        let mut outputs = Tensor::apply_multi(
+        // Outputs: y, then the mean and 1/std the backward reads.
+        let mut outputs = Tensor::apply_saving(
             Op::LayerNorm { eps },
             &[self, gamma, beta],
             "layer_norm",
-            move |g| {
-                let (mean, rstd) = saved.borrow_mut().take().expect("statistics saved");
-                let mut grads =
-                    Tensor::run(Op::LayerNormBackward, &[g, &x, &w, &mean, &rstd], None)?;
-                let gb = grads.pop();
-                let gw = grads.pop();
-                let gx = grads.pop();
-                Ok(smallvec![gx, gw, gb])
+            &[1, 2],
+            move |g, stats| {
+                let grads = Tensor::run(
+                    Op::LayerNormBackward,
+                    &[g, &x, &w, &stats[0], &stats[1]],
+                    None,
+                )?;
+                Ok(grads.into_iter().map(Some).collect())
             },
         )?;
-        let rstd = outputs.pop();
-        let mean = outputs.pop();
-        let y = outputs.pop().expect("layer norm has three outputs");
-        if let (Some(mean), Some(rstd), true) = (mean, rstd, y.requires_grad()) {
-            *stats.borrow_mut() = Some((mean, rstd));
-        }
-        Ok(y)
+        Ok(outputs.swap_remove(0))
     }
 
     /// `self [n, c, h, w]` convolved with `weight [o, c, kh, kw]`.
