@@ -28,7 +28,6 @@ use crate::trace::replay::{replay_observed, Kernels, ReplayReport};
 use crate::trace::{Trace, TraceEvent, TraceTensor};
 use crate::{Config, SimulatorBackend};
 
-use super::timeline::Timeline;
 
 /// Which tensors to evict after which trace event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,17 +46,15 @@ impl CheckpointPlan {
     /// Plans √N checkpointing for `trace` (runs it once, unbounded, on the simulator).
     pub fn new(trace: &Trace) -> Result<CheckpointPlan> {
         let mut dtr = Interpreter::new(SimulatorBackend::new(), Config::default())?;
-        let mut timeline = Timeline::new();
-        replay_observed(trace, &mut dtr, Kernels::Recorded, |clock, dtr, _| {
-            timeline.observe(clock, dtr);
+        // The first event after which memory in use is highest.
+        let (mut peak_bytes, mut peak_event) = (0, 0);
+        replay_observed(trace, &mut dtr, Kernels::Recorded, |event, dtr, _| {
+            let in_use = dtr.memory().in_use_bytes;
+            if in_use > peak_bytes {
+                (peak_bytes, peak_event) = (in_use, event);
+            }
             Ok(())
         })?;
-        let peak = timeline.samples.iter().map(|s| s.in_use_bytes).max();
-        let peak_event = timeline
-            .samples
-            .iter()
-            .position(|s| Some(s.in_use_bytes) == peak)
-            .unwrap_or(0);
         Ok(CheckpointPlan::around(trace, peak_event))
     }
 
