@@ -28,7 +28,6 @@ use crate::trace::replay::{replay_observed, Kernels, ReplayReport};
 use crate::trace::{Trace, TraceEvent, TraceTensor};
 use crate::{Config, SimulatorBackend};
 
-
 /// Which tensors to evict after which trace event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckpointPlan {

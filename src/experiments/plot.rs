@@ -55,19 +55,69 @@ fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
 
 type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
-/// Draws the legend in the upper right and writes the file.
-fn finish(
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// A white canvas of `size` pixels that draws to `path`.
+fn canvas(path: &Path, size: (u32, u32)) -> Result<Area<'_>> {
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_error(path, e))?;
+    Ok(root)
+}
+
+/// Axes over `x` × `y` on `area` with the shared margins; no caption when
+/// `caption` is empty.
+fn axes<'a>(
+    area: &Area<'a>,
+    caption: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    path: &Path,
+) -> Result<Chart<'a>> {
+    let mut builder = ChartBuilder::on(area);
+    if !caption.is_empty() {
+        builder.caption(caption, ("sans-serif", 20));
+    }
+    builder
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(55)
+        .build_cartesian_2d(x, y)
+        .map_err(|e| plot_error(path, e))
+}
+
+/// One policy's points joined by a line, with dots, named in the legend.
+fn labelled_line(
     chart: &mut Chart<'_>,
-    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    points: &[(f64, f64)],
+    color: RGBAColor,
+    label: String,
     path: &Path,
 ) -> Result<()> {
+    chart
+        .draw_series(LineSeries::new(points.to_vec(), color.stroke_width(2)))
+        .map_err(|e| plot_error(path, e))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    chart
+        .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+        .map_err(|e| plot_error(path, e))?;
+    Ok(())
+}
+
+/// Draws the legend in the upper right.
+fn legend(chart: &mut Chart<'_>, path: &Path) -> Result<()> {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .position(SeriesLabelPosition::UpperRight)
         .draw()
-        .map_err(|e| plot_error(path, e))?;
+        .map_err(|e| plot_error(path, e))
+}
+
+/// Draws the legend and writes the file.
+fn finish(chart: &mut Chart<'_>, root: &Area<'_>, path: &Path) -> Result<()> {
+    legend(chart, path)?;
     root.present().map_err(|e| plot_error(path, e))
 }
 
@@ -84,22 +134,13 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
         * 1.05;
     // Static checkpointing may need more than the unbounded peak.
     let right = rows.iter().map(|r| r.ratio).fold(1.0f64, f64::max) * 1.05;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let root = canvas(path, (900, 560))?;
     let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
-    root.fill(&WHITE).map_err(|e| draw(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "{}: overhead vs memory budget (× thrash, ▲ out of memory)",
-                short_name(trace)
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0f64..right, 1.0f64..top)
-        .map_err(|e| draw(&e))?;
+    let caption = format!(
+        "{}: overhead vs memory budget (× thrash, ▲ out of memory)",
+        short_name(trace)
+    );
+    let mut chart = axes(&root, &caption, 0.0..right, 1.0..top, path)?;
     chart
         .configure_mesh()
         .x_desc("budget / unbounded peak")
@@ -132,16 +173,7 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
             .map(|r| (r.ratio, r.overhead.min(top)))
             .collect();
         ok.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(LineSeries::new(ok.clone(), color.stroke_width(2)))
-            .map_err(|e| draw(&e))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(ok.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| draw(&e))?;
+        labelled_line(&mut chart, &ok, color, name.clone(), path)?;
         let stopped = |status: &'static str| {
             rows.iter()
                 .filter(move |r| policy(r) == *name && r.status == status)
@@ -163,21 +195,17 @@ pub fn comparison_chart(rows: &[Row], path: &Path) -> Result<()> {
     let policies = distinct(rows.iter().map(policy));
     let names: Vec<String> = traces.iter().map(|t| short_name(t)).collect();
     let top = rows.iter().map(|r| r.ratio * 1.1).fold(1.45f64, f64::max);
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let root = canvas(path, (900, 560))?;
     let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
-    root.fill(&WHITE).map_err(|e| draw(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "smallest budget that completes, by policy",
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(55)
-        // Headroom above 1.0 keeps the legend clear of the points; static
-        // checkpointing may need more than the unbounded peak.
-        .build_cartesian_2d(-0.5f64..traces.len() as f64 - 0.5, 0.0f64..top)
-        .map_err(|e| draw(&e))?;
+    // Headroom above 1.0 keeps the legend clear of the points; static
+    // checkpointing may need more than the unbounded peak.
+    let mut chart = axes(
+        &root,
+        "smallest budget that completes, by policy",
+        -0.5..traces.len() as f64 - 0.5,
+        0.0..top,
+        path,
+    )?;
     chart
         .configure_mesh()
         .x_labels(traces.len().max(1))
@@ -245,21 +273,10 @@ pub fn timeline_chart(timeline: &Timeline, title: &str, path: &Path) -> Result<(
         .fold(1e-6f64, f64::max)
         * 1.1;
     let arena = samples.iter().any(|s| s.fragmentation.is_some());
-    let root = SVGBackend::new(path, (1000, if arena { 680 } else { 520 })).into_drawing_area();
+    let root = canvas(path, (1000, if arena { 680 } else { 520 }))?;
     let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
-    root.fill(&WHITE).map_err(|e| draw(&e))?;
-    let (upper, lower) = if arena {
-        root.split_vertically(500)
-    } else {
-        root.split_vertically(520)
-    };
-    let mut chart = ChartBuilder::on(&upper)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..end, 0.0..top)
-        .map_err(|e| draw(&e))?;
+    let (upper, lower) = root.split_vertically(if arena { 500 } else { 520 });
+    let mut chart = axes(&upper, title, 0.0..end, 0.0..top, path)?;
     chart
         .configure_mesh()
         .x_desc("trace event (logical clock)")
@@ -312,20 +329,9 @@ pub fn timeline_chart(timeline: &Timeline, title: &str, path: &Path) -> Result<(
         .map_err(|e| draw(&e))?
         .label("rematerialisations")
         .legend(move |(x, y)| PathElement::new(vec![(x + 9, y - 6), (x + 9, y + 6)], remat));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| draw(&e))?;
+    legend(&mut chart, path)?;
     if arena {
-        let mut panel = ChartBuilder::on(&lower)
-            .margin(12)
-            .x_label_area_size(30)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..end, 0.0..1.0)
-            .map_err(|e| draw(&e))?;
+        let mut panel = axes(&lower, "", 0.0..end, 0.0..1.0, path)?;
         panel
             .configure_mesh()
             .y_desc("fragmentation")
@@ -364,19 +370,15 @@ pub fn chains_chart(rows: &[ChainRow], path: &Path) -> Result<()> {
         .fold(2.0f64, f64::max)
         .min(10.0)
         * 1.1;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let root = canvas(path, (900, 560))?;
     let draw = |e: &dyn std::fmt::Display| plot_error(path, e);
-    root.fill(&WHITE).map_err(|e| draw(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "uniform chains under ⌈2√N⌉ activations: overhead stays O(1)",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(55)
-        .build_cartesian_2d(left..right, 1.0f64..top)
-        .map_err(|e| draw(&e))?;
+    let mut chart = axes(
+        &root,
+        "uniform chains under ⌈2√N⌉ activations: overhead stays O(1)",
+        left..right,
+        1.0..top,
+        path,
+    )?;
     chart
         .configure_mesh()
         .x_desc("chain length N (layers)")
@@ -398,16 +400,7 @@ pub fn chains_chart(rows: &[ChainRow], path: &Path) -> Result<()> {
             }
             _ => name.clone(),
         };
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|e| draw(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| draw(&e))?;
+        labelled_line(&mut chart, &points, color, label, path)?;
         chart
             .draw_series(
                 rows.iter()
