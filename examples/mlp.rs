@@ -11,12 +11,11 @@ mod common;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use dtr::eager::{nn, optim, Session};
 use dtr::Backend;
 use rand::Rng;
 
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(about = "Train an MLP under a memory budget with DTR")]
 struct Cli {
     #[command(flatten)]
@@ -39,6 +38,17 @@ struct Cli {
 impl common::Model for Cli {
     fn name(&self) -> &'static str {
         "mlp"
+    }
+
+    fn run_args(&self) -> &common::RunArgs {
+        &self.run
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.layers == 0 {
+            return Err("--layers must be at least 1".into());
+        }
+        Ok(())
     }
 
     fn train<B: Backend>(&self, s: &Session<B>, steps: usize, seed: u64) -> dtr::Result<Vec<f32>> {
@@ -98,12 +108,5 @@ impl common::Model for Cli {
 }
 
 fn main() -> ExitCode {
-    common::init_logging();
-    let cli = Cli::parse();
-    if cli.layers == 0 {
-        eprintln!("error: --layers must be at least 1");
-        return ExitCode::FAILURE;
-    }
-    let run = cli.run.clone();
-    common::run(cli, &run)
+    common::main::<Cli>()
 }

@@ -11,12 +11,11 @@ mod common;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use dtr::eager::{nn, optim, Session, Tensor};
 use dtr::{Backend, Window2d};
 use rand::Rng;
 
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(about = "Train a ResNet under a memory budget with DTR")]
 struct Cli {
     #[command(flatten)]
@@ -60,6 +59,17 @@ impl<B: Backend> Block<B> {
 impl common::Model for Cli {
     fn name(&self) -> &'static str {
         "resnet"
+    }
+
+    fn run_args(&self) -> &common::RunArgs {
+        &self.run
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.batch == 0 || self.width == 0 || self.image < 4 {
+            return Err("--batch and --width must be positive and --image at least 4".into());
+        }
+        Ok(())
     }
 
     fn train<B: Backend>(&self, s: &Session<B>, steps: usize, seed: u64) -> dtr::Result<Vec<f32>> {
@@ -138,12 +148,5 @@ impl common::Model for Cli {
 }
 
 fn main() -> ExitCode {
-    common::init_logging();
-    let cli = Cli::parse();
-    if cli.batch == 0 || cli.width == 0 || cli.image < 4 {
-        eprintln!("error: --batch and --width must be positive and --image at least 4");
-        return ExitCode::FAILURE;
-    }
-    let run = cli.run.clone();
-    common::run(cli, &run)
+    common::main::<Cli>()
 }

@@ -10,12 +10,11 @@ mod common;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use dtr::eager::{nn, optim, Session};
 use dtr::Backend;
 use rand::Rng;
 
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(about = "Train a GPT-style decoder under a memory budget with DTR")]
 struct Cli {
     #[command(flatten)]
@@ -40,6 +39,19 @@ struct Cli {
 impl common::Model for Cli {
     fn name(&self) -> &'static str {
         "transformer"
+    }
+
+    fn run_args(&self) -> &common::RunArgs {
+        &self.run
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.heads == 0 || self.dim % self.heads != 0 || self.context == 0 || self.vocab == 0 {
+            return Err(
+                "--dim must split into --heads, and --context and --vocab be positive".into(),
+            );
+        }
+        Ok(())
     }
 
     fn train<B: Backend>(&self, s: &Session<B>, steps: usize, seed: u64) -> dtr::Result<Vec<f32>> {
@@ -93,12 +105,5 @@ impl common::Model for Cli {
 }
 
 fn main() -> ExitCode {
-    common::init_logging();
-    let cli = Cli::parse();
-    if cli.heads == 0 || cli.dim % cli.heads != 0 || cli.context == 0 || cli.vocab == 0 {
-        eprintln!("error: --dim must split into --heads, and --context and --vocab be positive");
-        return ExitCode::FAILURE;
-    }
-    let run = cli.run.clone();
-    common::run(cli, &run)
+    common::main::<Cli>()
 }

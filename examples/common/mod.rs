@@ -40,9 +40,14 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-/// A model and its data, trained for some steps in a session.
-pub trait Model {
+/// A model and its data, trained for some steps in a session; its flags
+/// are the example's command line.
+pub trait Model: clap::Parser {
     fn name(&self) -> &'static str;
+    /// The shared flags.
+    fn run_args(&self) -> &RunArgs;
+    /// Checks the model's own flags.
+    fn validate(&self) -> Result<(), String>;
     /// Trains from a fixed seed and returns each step's loss.
     fn train<B: Backend>(
         &self,
@@ -98,13 +103,24 @@ fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-/// Trains `model` unbounded, then under `--budget-ratio` of that peak on
-/// the same backend, and reports. Fails unless the budgeted run stayed
-/// within its budget and its losses match (bitwise on the CPU, within
-/// 1e-4 relative on the GPU).
-pub fn run<M: Model>(model: M, args: &RunArgs) -> ExitCode {
-    if !(args.budget_ratio > 0.0 && args.budget_ratio.is_finite()) {
-        eprintln!("error: --budget-ratio must be a positive number");
+/// An example's `main`: parses the flags, trains the model unbounded, then
+/// under `--budget-ratio` of that peak on the same backend, and reports.
+/// Fails unless the budgeted run stayed within its budget and its losses
+/// match (bitwise on the CPU, within 1e-4 relative on the GPU).
+pub fn main<M: Model>() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let model = M::parse();
+    let args = model.run_args();
+    let checked = if args.budget_ratio > 0.0 && args.budget_ratio.is_finite() {
+        model.validate()
+    } else {
+        Err("--budget-ratio must be a positive number".into())
+    };
+    if let Err(message) = checked {
+        eprintln!("error: {message}");
         return ExitCode::FAILURE;
     }
     let result = (|| {
@@ -205,12 +221,4 @@ pub fn run<M: Model>(model: M, args: &RunArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
-}
-
-/// Tracing to stderr, controlled by `RUST_LOG`.
-pub fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
 }
