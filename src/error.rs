@@ -71,4 +71,9 @@ impl Error {
             message: message.into(),
         }
     }
+
+    /// A file that could not be read, written or parsed, named with the cause.
+    pub fn file(path: &std::path::Path, cause: impl std::fmt::Display) -> Error {
+        Error::InvalidArgument(format!("{}: {cause}", path.display()))
+    }
 }

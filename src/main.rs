@@ -310,8 +310,7 @@ fn write_timeline(
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
     {
-        std::fs::write(path, timeline.to_csv())
-            .map_err(|e| dtr::Error::InvalidArgument(format!("{}: {e}", path.display())))
+        std::fs::write(path, timeline.to_csv()).map_err(|e| dtr::Error::file(path, e))
     } else {
         let title = format!(
             "{}: `{heuristic}` at {:.2} of the unbounded peak",
@@ -565,25 +564,8 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 jobs_or_cores(jobs),
                 &progress("chains"),
             )?;
-            let io =
-                |e: std::io::Error| dtr::Error::InvalidArgument(format!("{}: {e}", out.display()));
-            std::fs::create_dir_all(&out).map_err(io)?;
-            std::fs::write(
-                out.join("chains.csv"),
-                dtr::experiments::chains::to_csv(&rows),
-            )
-            .map_err(io)?;
-            dtr::experiments::plot::chains_chart(&rows, &out.join("chains.svg"))?;
-            println!(
-                "| N | budget (activations) | policy | status | overhead | peak (activations) |"
-            );
-            println!("|---:|---:|---|---|---:|---:|");
-            for r in &rows {
-                println!(
-                    "| {} | {} | {} | {} | {:.3} | {:.0} |",
-                    r.length, r.budget_units, r.policy, r.status, r.overhead, r.peak_units
-                );
-            }
+            dtr::experiments::chains::write_results(&out, &rows)?;
+            print!("{}", dtr::experiments::chains::table(&rows));
             eprintln!(
                 "wrote {} and {}",
                 out.join("chains.csv").display(),
@@ -609,7 +591,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             };
             let trace = generate(workload, &out.display().to_string())?;
             std::fs::write(&out, dtr::trace::native::to_string(&trace))
-                .map_err(|e| dtr::Error::InvalidArgument(format!("{}: {e}", out.display())))?;
+                .map_err(|e| dtr::Error::file(&out, e))?;
             eprintln!("wrote {} ({} events)", out.display(), trace.events.len());
             Ok(ExitCode::SUCCESS)
         }

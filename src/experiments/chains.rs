@@ -4,12 +4,14 @@
 //! heuristic: the Revolve optimum for the same memory, and static √N
 //! checkpointing (which needs no budget; its peak is reported).
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::CheckpointPlan;
 use super::generate::{generate, Workload, UNIT};
 use super::{parallel_map, revolve, STATIC_CHECKPOINTING};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::interp::Interpreter;
 use crate::trace::replay::{replay, Kernels};
 use crate::{Config, SimulatorBackend};
@@ -134,4 +136,27 @@ pub fn to_csv(rows: &[ChainRow]) -> String {
         );
     }
     out
+}
+
+/// The rows as a markdown table.
+pub fn table(rows: &[ChainRow]) -> String {
+    let mut out = String::from(
+        "| N | budget (activations) | policy | status | overhead | peak (activations) |\n\
+         |---:|---:|---|---|---:|---:|\n",
+    );
+    for r in rows {
+        out += &format!(
+            "| {} | {} | {} | {} | {:.3} | {:.0} |\n",
+            r.length, r.budget_units, r.policy, r.status, r.overhead, r.peak_units
+        );
+    }
+    out
+}
+
+/// Writes `chains.csv` and `chains.svg` into `dir` (created if needed).
+pub fn write_results(dir: &Path, rows: &[ChainRow]) -> Result<()> {
+    let io = |e| Error::file(dir, e);
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("chains.csv"), to_csv(rows)).map_err(io)?;
+    super::plot::chains_chart(rows, &dir.join("chains.svg"))
 }

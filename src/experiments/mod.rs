@@ -322,7 +322,7 @@ pub fn to_csv(rows: &[Row]) -> String {
 
 /// Writes `results.csv` and `results.json` into `dir` (created if needed).
 pub fn write_results(dir: &Path, rows: &[Row]) -> Result<()> {
-    let io = |e: std::io::Error| Error::InvalidArgument(format!("{}: {e}", dir.display()));
+    let io = |e| Error::file(dir, e);
     std::fs::create_dir_all(dir).map_err(io)?;
     std::fs::write(dir.join("results.csv"), to_csv(rows)).map_err(io)?;
     let json =
@@ -337,10 +337,8 @@ pub fn merge(dirs: &[PathBuf]) -> Result<Vec<Row>> {
     let mut rows: Vec<Row> = Vec::new();
     for dir in dirs {
         let path = dir.join("results.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
-        let shard: Vec<Row> = serde_json::from_str(&text)
-            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::file(&path, e))?;
+        let shard: Vec<Row> = serde_json::from_str(&text).map_err(|e| Error::file(&path, e))?;
         rows.extend(shard);
     }
     rows.sort_by_key(|r| r.index);
