@@ -6,9 +6,9 @@
 //! `cargo bench --bench replay`
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use dtr::experiments::parallel_map;
 use dtr::trace::replay::{baseline, replay, Kernels};
 use dtr::trace::{simrd, Trace};
 use dtr::{Config, Interpreter, SimulatorBackend};
@@ -84,18 +84,9 @@ fn main() {
         })
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let next = AtomicUsize::new(0);
     let started = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(t, h, r)) = cells.get(i) else {
-                    break;
-                };
-                run(&traces[t].1, h, r);
-            });
-        }
+    parallel_map(&cells, threads, &|_, _| {}, |&(t, h, r)| {
+        run(&traces[t].1, h, r)
     });
     println!(
         "\nwhole grid: {} replays ({} logs x {} heuristics x {} ratios) in {:.1} s on {threads} threads",

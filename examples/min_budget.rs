@@ -7,9 +7,7 @@
 //! cargo run --release --example min_budget -- ../shared/traces/dtr-prototype/*.log
 //! ```
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
+use dtr::experiments::parallel_map;
 use dtr::memory::MemoryModel;
 use dtr::trace::replay::{baseline, replay, Kernels, ReplayStatus};
 use dtr::trace::{self, Trace, TraceFormat};
@@ -81,25 +79,12 @@ fn main() {
             (0..memories.len()).flat_map(move |m| (0..POLICIES.len()).map(move |p| (t, m, p)))
         })
         .collect();
-    let results = Mutex::new(vec![None; cells.len()]);
-    let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(t, m, p)) = cells.get(i) else {
-                    break;
-                };
-                let (_, trace, retain) = &traces[t];
-                let ratio = smallest_ratio(trace, *retain, POLICIES[p], memories[m]);
-                results.lock().unwrap()[i] = ratio;
-                eprint!(".");
-            });
-        }
+    let results = parallel_map(&cells, threads, &|_, _| eprint!("."), |&(t, m, p)| {
+        let (_, trace, retain) = &traces[t];
+        smallest_ratio(trace, *retain, POLICIES[p], memories[m])
     });
     eprintln!();
-    let results = results.into_inner().unwrap();
     for (m, memory) in ["counter", "arena"].iter().enumerate() {
         println!("\n{memory} memory: smallest ratio with overhead ≤ {LIMIT}\n");
         println!("| trace | {} |", POLICIES.join(" | "));
