@@ -21,7 +21,7 @@ fn run(trace: &Trace, heuristic: &str, ratio: f64) -> f64 {
     let config = Config::default()
         .with_budget_bytes((ratio * base.peak_bytes as f64).floor() as u64)
         .with_heuristic(heuristic)
-        .with_retained_history(true)
+        .with_simulator_conventions(true)
         .with_remat_limit(base.compute);
     let mut dtr = Interpreter::new(SimulatorBackend::new(), config).expect("known heuristic");
     let started = Instant::now();

@@ -28,7 +28,12 @@ const POLICIES: [&str; 10] = [
 const LIMIT: f64 = 1.5;
 
 /// The smallest ratio that still completes within the limit, or `None` if even 1.0 fails.
-fn smallest_ratio(trace: &Trace, retain: bool, policy: &str, memory: MemoryModel) -> Option<f64> {
+fn smallest_ratio(
+    trace: &Trace,
+    authors_log: bool,
+    policy: &str,
+    memory: MemoryModel,
+) -> Option<f64> {
     let base = baseline(trace);
     let mut best = None;
     for step in (1..=20).rev() {
@@ -37,7 +42,7 @@ fn smallest_ratio(trace: &Trace, retain: bool, policy: &str, memory: MemoryModel
             .with_budget_bytes((ratio * base.peak_bytes as f64).floor() as u64)
             .with_heuristic(policy)
             .with_memory(memory)
-            .with_retained_history(retain)
+            .with_simulator_conventions(authors_log)
             .with_remat_limit(((LIMIT - 1.0) * base.compute as f64).floor() as u64);
         let mut dtr = Interpreter::new(SimulatorBackend::new(), config).expect("known policy");
         let report = replay(trace, &mut dtr, Kernels::Recorded).expect("trace replays");
@@ -81,8 +86,8 @@ fn main() {
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let results = parallel_map(&cells, threads, &|_, _| eprint!("."), |&(t, m, p)| {
-        let (_, trace, retain) = &traces[t];
-        smallest_ratio(trace, *retain, POLICIES[p], memories[m])
+        let (_, trace, authors_log) = &traces[t];
+        smallest_ratio(trace, *authors_log, POLICIES[p], memories[m])
     });
     eprintln!();
     for (m, memory) in ["counter", "arena"].iter().enumerate() {

@@ -29,6 +29,13 @@ pub struct Config {
     pub sampling: Sampling,
     /// Seeds every random choice (sampling, `random`); same seed, same run.
     pub seed: u64,
+    /// When an op cannot get room during a deep rematerialisation, let the
+    /// heuristic also evict inputs that the pending rematerialisations below
+    /// it hold locked, instead of failing. Each storage is surrendered at
+    /// most once per rematerialisation, so it always terminates. The DTR
+    /// authors' simulator does not do this; replays of their logs turn it
+    /// off to reproduce their numbers.
+    pub lock_relaxation: bool,
 }
 
 impl Default for Config {
@@ -43,6 +50,7 @@ impl Default for Config {
             memory: MemoryModel::Counter,
             sampling: Sampling::All,
             seed: 0,
+            lock_relaxation: true,
         }
     }
 }
@@ -90,6 +98,18 @@ impl Config {
 
     pub fn with_seed(mut self, seed: u64) -> Config {
         self.seed = seed;
+        self
+    }
+
+    /// The DTR authors' simulator's conventions, to reproduce its numbers:
+    /// history is retained and pending rematerialisations keep their locks.
+    pub fn with_simulator_conventions(self, follow: bool) -> Config {
+        self.with_retained_history(follow)
+            .with_lock_relaxation(!follow)
+    }
+
+    pub fn with_lock_relaxation(mut self, relax: bool) -> Config {
+        self.lock_relaxation = relax;
         self
     }
 

@@ -276,7 +276,7 @@ fn run_replay(
         .with_budget_bytes(budget)
         .with_heuristic(args.heuristic.clone())
         // The authors' logs follow their simulator's conventions (see README).
-        .with_retained_history(format == TraceFormat::Simrd)
+        .with_simulator_conventions(format == TraceFormat::Simrd)
         .with_remat_limit(((args.thrash_limit - 1.0) * base.compute as f64).floor() as u64)
         .with_memory(args.memory)
         .with_sampling(args.sampling)

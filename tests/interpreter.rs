@@ -293,6 +293,69 @@ fn out_of_memory_during_rematerialisation_releases_locks() {
     dtr.check_invariants().unwrap();
 }
 
+/// A backward-like chain: a_k = a_{k-1} + 1 (all held), g_n = 2·a_n and
+/// g_k = g_{k+1} + a_k, with only g_1 held. Recomputing g_1 opens a frame per
+/// level, each locking its resident a_k, so with x and all six a's resident a
+/// 7-tensor budget leaves no room for g_6 unless those locks give way.
+fn backward_chain(dtr: &mut Interpreter<CpuBackend>) -> (TensorId, Vec<TensorId>) {
+    let x = dtr.put(&[1.0], &[1]).unwrap();
+    let mut a = vec![x];
+    for _ in 0..6 {
+        let next = add_scalar(dtr, *a.last().unwrap(), 1.0);
+        a.push(next);
+    }
+    let mut g = dtr
+        .apply1(
+            Op::Scalar {
+                op: ScalarOp::Mul,
+                value: 2.0,
+            },
+            &[a[6]],
+        )
+        .unwrap();
+    for k in (1..6).rev() {
+        let next = dtr.apply1(Op::Binary(BinaryOp::Add), &[g, a[k]]).unwrap();
+        dtr.del(g).unwrap();
+        g = next;
+    }
+    (g, a)
+}
+
+#[test]
+fn pending_rematerialisations_surrender_their_locks_rather_than_fail() {
+    // g_1 = 2·a_6 + a_5 + … + a_1 with a_k = 1 + k.
+    let expected = vec![2.0 * 7.0 + (2..=6).map(|v| v as f32).sum::<f32>()];
+    for relax in [true, false] {
+        let mut dtr = interpreter(Config::default().with_lock_relaxation(relax));
+        let (g1, a) = backward_chain(&mut dtr);
+        assert_eq!(dtr.get_value(g1).unwrap(), expected);
+        assert!(dtr.evict_now(g1).unwrap());
+        dtr.set_budget_bytes(Some(7 * 4));
+        let result = dtr.get_value(g1);
+        dtr.check_invariants().unwrap();
+        if relax {
+            assert_eq!(result.unwrap(), expected);
+            assert!(dtr.stats().lock_relaxations > 0);
+            assert!(dtr.memory().in_use_bytes <= 7 * 4);
+        } else {
+            let err = result.unwrap_err();
+            assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+            assert_eq!(dtr.stats().lock_relaxations, 0);
+            // Nothing was lost: more room and it completes.
+            dtr.set_budget_bytes(Some(9 * 4));
+            assert_eq!(dtr.get_value(g1).unwrap(), expected);
+        }
+        for &a_k in &a[1..] {
+            assert_eq!(
+                dtr.get_value(a_k).unwrap().len(),
+                1,
+                "every held activation is still readable"
+            );
+        }
+        dtr.check_invariants().unwrap();
+    }
+}
+
 #[test]
 fn bad_requests_are_errors() {
     let mut dtr = interpreter(Config::default());

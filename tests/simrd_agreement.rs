@@ -96,7 +96,7 @@ fn check_log(prefix: &str) {
             let config = Config::default()
                 .with_budget_bytes(budget)
                 .with_heuristic(name)
-                .with_retained_history(true)
+                .with_simulator_conventions(true)
                 .with_remat_limit(base.compute);
             let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
             let report = replay(&trace, &mut dtr, Kernels::Recorded).unwrap();

@@ -170,6 +170,7 @@ pub fn main<M: Model>() -> ExitCode {
             "baseline_peak_bytes": unbounded.peak_bytes,
             "evictions": budgeted.stats.evictions,
             "rematerializations": budgeted.stats.rematerializations,
+            "lock_relaxations": budgeted.stats.lock_relaxations,
             "overhead": budgeted.stats.overhead(),
             "wall_seconds": budgeted.seconds,
             "baseline_wall_seconds": unbounded.seconds,

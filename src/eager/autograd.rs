@@ -101,6 +101,20 @@ pub(crate) fn backward<B: Backend>(root: &Rc<GradFn<B>>, seed: Tensor<B>) -> Res
                         Some(sum) => sum.add(&input_grad)?,
                         None => input_grad,
                     };
+                    // A gradient waiting for its consumers is cut from its
+                    // history, as `Param::accumulate` does: recomputing it would
+                    // replay the backward pass from the loss, a chain whose
+                    // every level locks an activation, and which made a 12-layer
+                    // MLP at 0.3 of its peak cost 9× instead of 1.8×. Only a
+                    // few wait at once. Views keep their history.
+                    if !total
+                        .session()
+                        .with_interpreter(|dtr| dtr.is_view(total.id()))?
+                    {
+                        total
+                            .session()
+                            .with_interpreter(|dtr| dtr.detach(total.id()))?;
+                    }
                     grads.insert(key(child), total);
                 }
                 Edge::Param(param) => {

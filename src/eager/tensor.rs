@@ -604,16 +604,17 @@ impl<B: Backend> ParamInner<B> {
             Some(sum) => sum.add(&grad)?,
             None => grad.detach(),
         };
-        let session = sum.session().clone();
-        let root = match session.with_interpreter(|dtr| dtr.detach(sum.id())) {
-            Ok(()) => sum,
-            // A view of another tensor's storage: cut a packed copy instead.
-            Err(_) => {
-                let copy = Tensor::plain(Op::Contiguous, &[&sum])?;
-                session.with_interpreter(|dtr| dtr.detach(copy.id()))?;
-                copy
-            }
+        // A view of another tensor's storage cannot be cut: cut a packed copy.
+        let root = if sum
+            .session()
+            .with_interpreter(|dtr| dtr.is_view(sum.id()))?
+        {
+            Tensor::plain(Op::Contiguous, &[&sum])?
+        } else {
+            sum
         };
+        root.session()
+            .with_interpreter(|dtr| dtr.detach(root.id()))?;
         *slot = Some(root);
         Ok(())
     }

@@ -201,7 +201,7 @@ impl SweepSpec {
     ) -> Result<Row> {
         let (memory, sampling) = (self.memories[cell.memory], self.samplings[cell.sampling]);
         let config = Config::default()
-            .with_retained_history(*format == TraceFormat::Simrd)
+            .with_simulator_conventions(*format == TraceFormat::Simrd)
             .with_memory(memory)
             .with_sampling(sampling)
             .with_seed(cell.seed);

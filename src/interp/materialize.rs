@@ -1,6 +1,15 @@
 //! (Re)computing nodes. Missing inputs are rematerialised depth-first on an
 //! explicit stack, never native recursion, so an evicted chain of any
 //! length regenerates in constant native stack.
+//!
+//! Every pending frame holds locks on its defined inputs, as the DTR
+//! authors' runtime does. A deep rematerialisation can then lock more than
+//! the budget leaves: when the op on top cannot get room, [lock
+//! relaxation](crate::Config::lock_relaxation) lets the heuristic also
+//! evict what the frames below hold, for that one op. A frame recomputes
+//! what it lost this way when it resumes, and never surrenders the same
+//! input twice: each frame then pushes at most two children per input, so
+//! a rematerialisation always ends.
 
 use smallvec::{smallvec, SmallVec};
 
@@ -8,7 +17,7 @@ use super::eviction::RoomFor;
 use super::{Event, Interpreter};
 use crate::backend::{Backend, BufferView};
 use crate::error::{Error, Result};
-use crate::graph::{NodeId, Residency};
+use crate::graph::{NodeId, Residency, StorageId};
 
 /// A node waiting for its inputs.
 struct Frame {
@@ -17,6 +26,8 @@ struct Frame {
     next_input: usize,
     /// Which input positions hold a lock (an input used twice is locked twice).
     locked: SmallVec<[bool; 8]>,
+    /// Input positions already evicted once by lock relaxation.
+    lost: SmallVec<[bool; 8]>,
 }
 
 impl<B: Backend> Interpreter<B> {
@@ -37,13 +48,15 @@ impl<B: Backend> Interpreter<B> {
                     let rematerializing = !(first_run && stack.is_empty());
                     // Only recomputation counts towards the limit, so a user's own op
                     // that ran is never undone by it.
-                    let result = self.run_node(frame.node, rematerializing).and_then(|()| {
-                        if rematerializing {
-                            self.check_thrash()
-                        } else {
-                            Ok(())
-                        }
-                    });
+                    let result = self
+                        .run_relaxing(frame.node, rematerializing, &mut stack)
+                        .and_then(|()| {
+                            if rematerializing {
+                                self.check_thrash()
+                            } else {
+                                Ok(())
+                            }
+                        });
                     self.unlock_inputs(&frame);
                     if let Err(error) = result {
                         for frame in stack.iter().rev() {
@@ -55,6 +68,55 @@ impl<B: Backend> Interpreter<B> {
             }
         }
         Ok(())
+    }
+
+    /// Runs a node; if it cannot get room while `pending` frames hold
+    /// locks, surrenders those locks (but on inputs a frame lost before)
+    /// and retries once. Afterwards the surrendered inputs still resident
+    /// are locked again; the evicted ones are lost to their frames, which
+    /// will recompute them.
+    fn run_relaxing(
+        &mut self,
+        node: NodeId,
+        rematerializing: bool,
+        pending: &mut [Frame],
+    ) -> Result<()> {
+        let error = match self.run_node(node, rematerializing) {
+            Err(error @ Error::OutOfMemory { .. }) if self.config.lock_relaxation => error,
+            other => return other,
+        };
+        let mut surrendered = Vec::new();
+        for (f, frame) in pending.iter_mut().enumerate() {
+            for i in 0..frame.locked.len() {
+                if frame.locked[i] && !frame.lost[i] {
+                    frame.locked[i] = false;
+                    self.unlock_storage(self.input_storage(frame.node, i));
+                    surrendered.push((f, i));
+                }
+            }
+        }
+        if surrendered.is_empty() {
+            return Err(error);
+        }
+        tracing::debug!(target: "dtr::remat", op = self.graph.nodes[node].op.name(), surrendered = surrendered.len(), "relaxing the locks of pending rematerialisations");
+        self.stats.lock_relaxations += 1;
+        let result = self.run_node(node, rematerializing);
+        for (f, i) in surrendered {
+            let frame = &mut pending[f];
+            let storage = self.input_storage(frame.node, i);
+            if self.graph.storages[storage].is_resident() {
+                self.lock_storage(storage);
+                frame.locked[i] = true;
+            } else {
+                frame.lost[i] = true;
+                frame.next_input = frame.next_input.min(i);
+            }
+        }
+        result
+    }
+
+    fn input_storage(&self, node: NodeId, input: usize) -> StorageId {
+        self.graph.tensors[self.graph.nodes[node].inputs[input]].storage
     }
 
     fn check_thrash(&self) -> Result<()> {
@@ -78,6 +140,7 @@ impl<B: Backend> Interpreter<B> {
             node,
             next_input: 0,
             locked: smallvec![false; count],
+            lost: smallvec![false; count],
         };
         for i in 0..count {
             let storage = self.graph.tensors[self.graph.nodes[node].inputs[i]].storage;

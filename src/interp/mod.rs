@@ -331,6 +331,13 @@ impl<B: Backend> Interpreter<B> {
         Ok(self.live_tensor(tensor)?.defined)
     }
 
+    /// Whether the tensor views another tensor's storage (and so cannot be
+    /// [detached](Interpreter::detach) itself).
+    pub fn is_view(&self, tensor: TensorId) -> Result<bool> {
+        let storage = self.live_tensor(tensor)?.storage;
+        Ok(self.graph.storages[storage].tensors[0] != tensor)
+    }
+
     pub fn memory(&self) -> MemoryReport {
         let counter = self.memory.counter();
         MemoryReport {

@@ -19,6 +19,9 @@ pub struct Stats {
     pub evictions: u64,
     /// Storages evicted because the user dropped their last handle.
     pub eager_evictions: u64,
+    /// Ops that got room only by evicting inputs locked by pending
+    /// rematerialisations (see [`crate::Config::lock_relaxation`]).
+    pub lock_relaxations: u64,
 }
 
 impl Stats {
