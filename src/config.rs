@@ -8,6 +8,10 @@ use crate::policy::Sampling;
 pub struct Config {
     /// The memory budget in bytes; `None` runs unbounded.
     pub budget_bytes: Option<u64>,
+    /// A budget as this fraction (0, 1] of the backend's device memory,
+    /// resolved to bytes when the interpreter starts; exclusive with
+    /// `budget_bytes`.
+    pub device_memory_fraction: Option<f64>,
     /// The eviction heuristic, by registry name (see [`crate::policy::heuristic_names`]).
     pub heuristic: String,
     /// Evict a storage as soon as no user handle refers to it, keeping its
@@ -42,6 +46,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             budget_bytes: None,
+            device_memory_fraction: None,
             heuristic: "dtr-eq".into(),
             eager_eviction: true,
             record_events: false,
@@ -58,6 +63,13 @@ impl Default for Config {
 impl Config {
     pub fn with_budget_bytes(mut self, budget_bytes: u64) -> Config {
         self.budget_bytes = Some(budget_bytes);
+        self
+    }
+
+    /// A budget of `fraction` of the device's memory (see
+    /// [`crate::Backend::device_memory_bytes`]).
+    pub fn with_device_memory_fraction(mut self, fraction: f64) -> Config {
+        self.device_memory_fraction = Some(fraction);
         self
     }
 

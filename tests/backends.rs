@@ -478,3 +478,53 @@ macro_rules! suite {
 
 suite!(cpu, Cpu);
 suite!(gpu, Gpu);
+
+#[test]
+fn a_budget_can_be_a_fraction_of_device_memory() {
+    let host = CpuBackend::new()
+        .device_memory_bytes()
+        .expect("Linux tells the host's memory");
+    assert!(host > 0);
+    let dtr = Interpreter::new(
+        CpuBackend::new(),
+        Config::default().with_device_memory_fraction(0.25),
+    )
+    .unwrap();
+    assert_eq!(dtr.memory().budget_bytes, Some(host / 4));
+
+    for (config, expected) in [
+        (
+            Config::default().with_device_memory_fraction(0.0),
+            "not in (0, 1]",
+        ),
+        (
+            Config::default().with_device_memory_fraction(1.5),
+            "not in (0, 1]",
+        ),
+        (
+            Config::default()
+                .with_budget_bytes(1024)
+                .with_device_memory_fraction(0.5),
+            "not both",
+        ),
+    ] {
+        let error = Interpreter::new(CpuBackend::new(), config).err().unwrap();
+        assert!(error.to_string().contains(expected), "{error}");
+    }
+    let error = Interpreter::new(
+        dtr::SimulatorBackend::new(),
+        Config::default().with_device_memory_fraction(0.5),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        error.to_string().contains("simulator backend cannot tell"),
+        "{error}"
+    );
+
+    // On Vulkan (Mesa's lavapipe in CI) wgpu-hal reads the device-local heap.
+    if let Some(gpu) = Gpu::make(Config::default().with_device_memory_fraction(0.5)) {
+        let total = gpu.backend().device_memory_bytes().expect("a Vulkan heap");
+        assert_eq!(gpu.memory().budget_bytes, Some(total / 2));
+    }
+}

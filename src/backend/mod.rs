@@ -67,4 +67,10 @@ pub trait Backend: 'static {
     fn release(&mut self, buffer: Self::Buffer) {
         drop(buffer);
     }
+
+    /// How much memory the device has in all, when the backend can tell: the
+    /// base of a budget given as a fraction of device memory.
+    fn device_memory_bytes(&self) -> Option<u64> {
+        None
+    }
 }

@@ -67,8 +67,32 @@ pub struct MemoryReport {
     pub arena: Option<crate::memory::ArenaReport>,
 }
 
+/// `fraction` of the backend's device memory, in bytes.
+fn device_budget<B: Backend>(backend: &B, config: &Config, fraction: f64) -> Result<u64> {
+    if config.budget_bytes.is_some() {
+        return Err(Error::InvalidArgument(
+            "give the budget in bytes or as a fraction of device memory, not both".into(),
+        ));
+    }
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        return Err(Error::InvalidArgument(format!(
+            "device memory fraction {fraction} is not in (0, 1]"
+        )));
+    }
+    let total = backend.device_memory_bytes().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "the {} backend cannot tell its device memory; give the budget in bytes",
+            backend.name()
+        ))
+    })?;
+    Ok((fraction * total as f64).floor() as u64)
+}
+
 impl<B: Backend> Interpreter<B> {
-    pub fn new(backend: B, config: Config) -> Result<Interpreter<B>> {
+    pub fn new(backend: B, mut config: Config) -> Result<Interpreter<B>> {
+        if let Some(fraction) = config.device_memory_fraction {
+            config.budget_bytes = Some(device_budget(&backend, &config, fraction)?);
+        }
         Ok(Interpreter {
             backend,
             graph: Graph::new(),

@@ -31,6 +31,20 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// The host's memory: the cgroup's limit where one is set, else the
+    /// machine's total (Linux; elsewhere unknown).
+    fn device_memory_bytes(&self) -> Option<u64> {
+        let cgroup_limit = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok());
+        cgroup_limit.or_else(|| {
+            let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+            let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        })
+    }
+
     fn upload(&mut self, data: &[f32], layout: &Layout, _at: Option<Block>) -> Result<Vec<f32>> {
         if data.len() != layout.numel() {
             return Err(Error::InvalidArgument(format!(

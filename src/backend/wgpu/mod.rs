@@ -88,6 +88,8 @@ impl Slice {
 }
 
 pub struct WgpuBackend {
+    /// The adapter's device-local memory, where the platform tells it.
+    memory_bytes: Option<u64>,
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
@@ -164,6 +166,7 @@ impl WgpuBackend {
                 | wgpu::BufferUsages::COPY_DST,
         });
         Ok(WgpuBackend {
+            memory_bytes: device_local_bytes(&adapter),
             device,
             queue,
             info: adapter.get_info(),
@@ -453,6 +456,10 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    fn device_memory_bytes(&self) -> Option<u64> {
+        self.memory_bytes
+    }
+
     fn upload(&mut self, data: &[f32], layout: &Layout, at: Option<Block>) -> Result<WgpuBuffer> {
         if data.len() != layout.numel() {
             return Err(Error::InvalidArgument(format!(
@@ -567,4 +574,30 @@ impl Backend for WgpuBackend {
     fn release(&mut self, buffer: WgpuBuffer) {
         self.recycle(buffer);
     }
+}
+
+/// The largest device-local memory heap, on Vulkan: WebGPU itself has no
+/// memory query (gfx-rs/wgpu#2447), so this asks the driver through wgpu-hal.
+/// Other platforms answer `None`.
+#[cfg(not(target_arch = "wasm32"))]
+fn device_local_bytes(adapter: &wgpu::Adapter) -> Option<u64> {
+    const DEVICE_LOCAL: u32 = 0x1; // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
+                                   // SAFETY: only reads the physical device's properties; nothing is
+                                   // created or destroyed, and the guard outlives the call.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let instance = hal.shared_instance().raw_instance();
+    // SAFETY: the physical device belongs to this instance.
+    let properties =
+        unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    let count = (properties.memory_heap_count as usize).min(properties.memory_heaps.len());
+    properties.memory_heaps[..count]
+        .iter()
+        .filter(|heap| heap.flags.as_raw() & DEVICE_LOCAL != 0)
+        .map(|heap| heap.size)
+        .max()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn device_local_bytes(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
 }
