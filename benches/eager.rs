@@ -11,9 +11,14 @@ use dtr::{Config, CpuBackend, Interpreter, Op, ScalarOp, SimulatorBackend};
 
 const OPS: usize = 200_000;
 
-/// Nanoseconds per `apply_op` + `del` of a small elementwise op.
-fn interpreter_ns_per_op() -> f64 {
-    let mut dtr = Interpreter::new(SimulatorBackend::new(), Config::default()).unwrap();
+/// Nanoseconds per `apply_op` + `del` of a small elementwise op, unbounded.
+/// `chain`: each op consumes the previous result, so every dropped tensor
+/// stays as history of the live one (the graph grows by one node per op;
+/// with eager eviction each `del` also evicts). Otherwise every op reads the
+/// same put and its result is freed outright.
+fn interpreter_ns_per_op(chain: bool, eager_eviction: bool) -> f64 {
+    let config = Config::default().with_eager_eviction(eager_eviction);
+    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
     let x = dtr.put(&[0.0; 16], &[16]).unwrap();
     let op = Op::Scalar {
         op: ScalarOp::Add,
@@ -22,7 +27,9 @@ fn interpreter_ns_per_op() -> f64 {
     let started = Instant::now();
     let mut previous = dtr.apply1(op.clone(), &[x]).unwrap();
     for _ in 1..OPS {
-        let next = dtr.apply1(op.clone(), &[previous]).unwrap();
+        let next = dtr
+            .apply1(op.clone(), &[if chain { previous } else { x }])
+            .unwrap();
         dtr.del(previous).unwrap();
         previous = next;
     }
@@ -84,10 +91,25 @@ fn mlp_steps(budget: Option<u64>, steps: usize) -> (f64, u64) {
 fn main() {
     println!("| what | ns per op |");
     println!("|---|---:|");
-    println!(
-        "| interpreter apply + del (simulator) | {:.0} |",
-        interpreter_ns_per_op()
-    );
+    for (what, chain, eager) in [
+        (
+            "interpreter apply + del, freed at once (simulator)",
+            false,
+            true,
+        ),
+        (
+            "interpreter apply + del, chain kept as history (simulator)",
+            true,
+            false,
+        ),
+        (
+            "interpreter apply + del, chain with eager eviction (simulator)",
+            true,
+            true,
+        ),
+    ] {
+        println!("| {what} | {:.0} |", interpreter_ns_per_op(chain, eager));
+    }
     println!(
         "| eager Tensor op, no grad (simulator) | {:.0} |",
         eager_ns_per_op(false)
