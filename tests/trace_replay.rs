@@ -137,6 +137,31 @@ fn native_error(body: &str) -> String {
     native::parse("bad.jsonl", &text).unwrap_err().to_string()
 }
 
+/// Version 2: tensors of other dtypes (as recorded from PyTorch) replay on
+/// the simulator from their sizes.
+#[test]
+fn other_dtypes_replay_on_the_simulator_from_their_sizes() {
+    let text = r#"{"format":"dtr-trace","version":2}
+{"event":"put","id":0,"bytes":64,"dims":[8],"dtype":"i64"}
+{"event":"apply","op":"aten.ne.Scalar","inputs":[0],"outputs":[{"id":1,"bytes":8,"dims":[8],"dtype":"bool"}],"cost":100}
+{"event":"apply","op":"aten._to_copy.default","inputs":[1],"outputs":[{"id":2,"bytes":16,"dims":[8],"dtype":"f16"}],"cost":50}
+{"event":"del","id":1}
+{"event":"get","id":2}
+"#;
+    let trace = native::parse("dtypes.jsonl", text).unwrap();
+    let base = baseline(&trace);
+    assert_eq!((base.peak_bytes, base.compute), (64 + 8 + 16, 150));
+    let mut sim = Interpreter::new(SimulatorBackend::new(), Config::default()).unwrap();
+    let report = replay(&trace, &mut sim, Kernels::Recorded).unwrap();
+    assert_eq!(report.status, ReplayStatus::Ok);
+    let mut cpu = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+    let refused = replay(&trace, &mut cpu, Kernels::Execute).unwrap_err();
+    assert!(
+        refused.to_string().starts_with("dtypes.jsonl:3: `aten.ne.Scalar` has no kernel"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn native_errors_name_file_and_line() {
     let put = r#"{"event":"put","id":1,"bytes":4}"#;
@@ -154,6 +179,18 @@ fn native_errors_name_file_and_line() {
             "bad.jsonl:3: output 0 of `v` aliases input 3, but it has 1 inputs",
         ),
         (r#"{"event":"explode"}"#.to_string(), "bad.jsonl:2: unknown variant `explode`"),
+        (
+            r#"{"event":"put","id":1,"bytes":8,"dtype":"i64","dims":[1],"data":[1]}"#.to_string(),
+            "bad.jsonl:2: `data` is for f32 tensors, not i64",
+        ),
+        (
+            format!("{put}\n{{\"event\":\"apply\",\"op\":\"exp\",\"kernel\":{{\"unary\":\"exp\"}},\"inputs\":[1],\"outputs\":[{{\"id\":2,\"bytes\":2,\"dtype\":\"f16\"}}],\"cost\":1}}"),
+            "bad.jsonl:3: `exp` has a kernel, but its output 2 is f16",
+        ),
+        (
+            r#"{"event":"put","id":1,"bytes":8,"dtype":"float32"}"#.to_string(),
+            "bad.jsonl:2: dtype `float32` is not one of f32, f64",
+        ),
     ];
     for (body, expected) in cases {
         let message = native_error(&body);

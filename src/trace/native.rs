@@ -12,8 +12,9 @@ use crate::ops::Op;
 
 /// The format's name in the header line.
 pub const FORMAT: &str = "dtr-trace";
-/// The newest version this build reads and the one it writes.
-pub const VERSION: u32 = 1;
+/// The newest version this build reads and the one it writes. Version 2
+/// adds dtypes other than f32 (traces recorded from PyTorch).
+pub const VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,6 +142,9 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
             } => {
                 fresh(&ids, line, id)?;
                 check_dtype(&dtype).map_err(|m| fail(line, m))?;
+                if dtype != "f32" && data.is_some() {
+                    return Err(fail(line, format!("`data` is for f32 tensors, not {dtype}")));
+                }
                 let tensor = builder.put(line, bytes, dims.map(Into::into), data)?;
                 ids.insert(id, tensor);
             }
@@ -159,6 +163,12 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                 for output in &outputs {
                     fresh(&ids, line, output.id)?;
                     check_dtype(&output.dtype).map_err(|m| fail(line, m))?;
+                    if kernel.is_some() && output.dtype != "f32" {
+                        return Err(fail(
+                            line,
+                            format!("`{op}` has a kernel, but its output {} is {}: kernels compute f32", output.id, output.dtype),
+                        ));
+                    }
                     specs.push((
                         output.bytes,
                         output.alias_of,
@@ -218,10 +228,21 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
     Ok(builder.finish())
 }
 
+/// The element types a trace may name. Only f32 tensors carry data or run
+/// on data backends; the others are sizes for the simulator.
+pub const DTYPES: &[&str] = &[
+    "f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2", "i64", "i32", "i16", "i8", "u64", "u32",
+    "u16", "u8", "bool", "c64", "c128", "other",
+];
+
 fn check_dtype(dtype: &str) -> std::result::Result<(), String> {
-    match dtype {
-        "f32" => Ok(()),
-        other => Err(format!("dtype `{other}` is not supported (only f32)")),
+    if DTYPES.contains(&dtype) {
+        Ok(())
+    } else {
+        Err(format!(
+            "dtype `{dtype}` is not one of {}",
+            DTYPES.join(", ")
+        ))
     }
 }
 
