@@ -157,7 +157,9 @@ fn other_dtypes_replay_on_the_simulator_from_their_sizes() {
     let mut cpu = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
     let refused = replay(&trace, &mut cpu, Kernels::Execute).unwrap_err();
     assert!(
-        refused.to_string().starts_with("dtypes.jsonl:3: `aten.ne.Scalar` has no kernel"),
+        refused
+            .to_string()
+            .starts_with("dtypes.jsonl:3: `aten.ne.Scalar` has no kernel"),
         "{refused}"
     );
 }
@@ -313,6 +315,48 @@ fn the_shipped_traces_replay_under_budget_with_unbounded_values() {
         assert_eq!(
             report.reads, expected.reads,
             "{name}: losses differ from the unbounded run"
+        );
+    }
+}
+
+/// The torchvision traces recorded from PyTorch (python/dtr_record) replay
+/// unchanged on the simulator: ResNet-50 under half its peak, each with
+/// memory never over the budget, and with the baseline a run without budget
+/// reaches.
+#[test]
+fn the_recorded_torchvision_traces_replay_on_the_simulator() {
+    for (name, ratio) in [
+        ("resnet50-b16", 0.5),
+        ("mobilenet_v2-b16", 0.5),
+        ("vit_b_16-b8", 0.95),
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("traces/torchvision/{name}.jsonl"));
+        let (trace, _) = dtr::trace::load(&path, None).unwrap();
+        let base = baseline(&trace);
+        let mut unbounded = Interpreter::new(SimulatorBackend::new(), Config::default()).unwrap();
+        let full = replay(&trace, &mut unbounded, Kernels::Recorded).unwrap();
+        assert_eq!(full.status, ReplayStatus::Ok, "{name}");
+        assert_eq!(full.stats.compute, base.compute, "{name}");
+        let budget = (ratio * base.peak_bytes as f64) as u64;
+        let mut bounded = Interpreter::new(
+            SimulatorBackend::new(),
+            Config::default()
+                .with_heuristic("dtr")
+                .with_budget_bytes(budget),
+        )
+        .unwrap();
+        let report = replay(&trace, &mut bounded, Kernels::Recorded).unwrap();
+        assert_eq!(
+            report.status,
+            ReplayStatus::Ok,
+            "{name}: {:?}",
+            report.message
+        );
+        assert!(report.peak_bytes <= budget, "{name}");
+        assert!(
+            report.stats.remat_compute > 0,
+            "{name}: the budget made it recompute"
         );
     }
 }

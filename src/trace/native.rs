@@ -143,7 +143,10 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                 fresh(&ids, line, id)?;
                 check_dtype(&dtype).map_err(|m| fail(line, m))?;
                 if dtype != "f32" && data.is_some() {
-                    return Err(fail(line, format!("`data` is for f32 tensors, not {dtype}")));
+                    return Err(fail(
+                        line,
+                        format!("`data` is for f32 tensors, not {dtype}"),
+                    ));
                 }
                 let tensor = builder.put(line, bytes, dims.map(Into::into), data)?;
                 ids.insert(id, tensor);
@@ -166,7 +169,10 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                     if kernel.is_some() && output.dtype != "f32" {
                         return Err(fail(
                             line,
-                            format!("`{op}` has a kernel, but its output {} is {}: kernels compute f32", output.id, output.dtype),
+                            format!(
+                                "`{op}` has a kernel, but its output {} is {}: kernels compute f32",
+                                output.id, output.dtype
+                            ),
                         ));
                     }
                     specs.push((
