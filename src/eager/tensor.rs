@@ -117,6 +117,19 @@ impl<B: Backend> Tensor<B> {
         }
     }
 
+    /// Cuts the interpreter's compute history of this tensor, making it a
+    /// root (see [`crate::Interpreter::detach`]). A view of another tensor's
+    /// storage cannot be cut: it keeps its history and this returns `false`.
+    pub(crate) fn cut_history(&self) -> Result<bool> {
+        self.session().with_interpreter(|dtr| {
+            if dtr.is_view(self.id())? {
+                return Ok(false);
+            }
+            dtr.detach(self.id())?;
+            Ok(true)
+        })
+    }
+
     /// The same values with no gradient history.
     pub fn detach(&self) -> Tensor<B> {
         // A new interpreter handle to the same tensor (its history stays,
@@ -605,16 +618,13 @@ impl<B: Backend> ParamInner<B> {
             None => grad.detach(),
         };
         // A view of another tensor's storage cannot be cut: cut a packed copy.
-        let root = if sum
-            .session()
-            .with_interpreter(|dtr| dtr.is_view(sum.id()))?
-        {
-            Tensor::plain(Op::Contiguous, &[&sum])?
-        } else {
+        let root = if sum.cut_history()? {
             sum
+        } else {
+            let copy = Tensor::plain(Op::Contiguous, &[&sum])?;
+            copy.cut_history()?;
+            copy
         };
-        root.session()
-            .with_interpreter(|dtr| dtr.detach(root.id()))?;
         *slot = Some(root);
         Ok(())
     }
