@@ -151,6 +151,14 @@ class TraceRecorder(TorchDispatchMode):
     def _describe(t: torch.Tensor) -> Dict[str, Any]:
         return {"dims": list(t.shape), "dtype": dtype_name(t.dtype)}
 
+    def _alias(self, base: int, tid: int, t: Optional[torch.Tensor] = None) -> None:
+        """An op-less view: ``tid`` shares ``base``'s storage."""
+        output = {"id": tid, "bytes": 0, "alias_of": 0}
+        if t is not None:
+            output.update(self._describe(t))
+        self.events.append({"event": "apply", "op": "alias", "inputs": [base],
+                            "outputs": [output], "cost": 0})
+
     def _id_of(self, t: torch.Tensor) -> int:
         """The trace id of a tensor, adopting one made outside the recording."""
         tid = self._ids.get(id(t))
@@ -162,11 +170,7 @@ class TraceRecorder(TorchDispatchMode):
             # A view, made without a recorded op, of a storage we track.
             base = min(storage.tensors)
             tid = self._track(t, key)
-            self.events.append({
-                "event": "apply", "op": "alias", "inputs": [base],
-                "outputs": [{"id": tid, "bytes": 0, "alias_of": 0, **self._describe(t)}],
-                "cost": 0,
-            })
+            self._alias(base, tid, t)
             return tid
         self._storages[key] = _Storage(t.untyped_storage().nbytes(), root=True)
         tid = self._track(t, key)
@@ -235,13 +239,11 @@ class TraceRecorder(TorchDispatchMode):
             else:
                 made[key] = len(specs)
                 specs.append({"tensor": t, "key": key, "bytes": t.untyped_storage().nbytes()})
-        # One new version per written storage.
-        versions = []
+        # One new version per written storage (written tensors are inputs,
+        # so their storages are tracked).
+        versions: Dict[int, torch.Tensor] = {}
         for t in written:
-            key = _storage_key(t)
-            if key not in self._storages or any(v[1] == key for v in versions):
-                continue
-            versions.append((t, key))
+            versions.setdefault(_storage_key(t), t)
 
         outputs_json = []
         for spec in specs:
@@ -254,7 +256,7 @@ class TraceRecorder(TorchDispatchMode):
                 entry["alias_of"] = spec["alias_of"]
             outputs_json.append(entry)
         version_ids = []
-        for t, key in versions:
+        for key, t in versions.items():
             tid = self._next_id
             self._next_id += 1
             version_ids.append(tid)
@@ -266,14 +268,9 @@ class TraceRecorder(TorchDispatchMode):
                             "outputs": outputs_json, "cost": cost})
 
         for t, key in later_aliases:
-            base = min(tid for tid, k in self._storage_of.items() if k == key)
-            tid = self._track(t, key)
-            self.events.append({
-                "event": "apply", "op": "alias", "inputs": [base],
-                "outputs": [{"id": tid, "bytes": 0, "alias_of": 0, **self._describe(t)}],
-                "cost": 0,
-            })
-        for (t, key), version in zip(versions, version_ids):
+            base = min(self._storages[key].tensors)
+            self._alias(base, self._track(t, key), t)
+        for key, version in zip(versions, version_ids):
             self._rebind(key, version, root=self._storages[key].root or not grad_enabled)
         return out
 
@@ -288,10 +285,7 @@ class TraceRecorder(TorchDispatchMode):
         for tid, pyid in old:
             new = self._next_id
             self._next_id += 1
-            self.events.append({
-                "event": "apply", "op": "alias", "inputs": [version],
-                "outputs": [{"id": new, "bytes": 0, "alias_of": 0}], "cost": 0,
-            })
+            self._alias(version, new)
             self._ids[pyid] = new
             self._storage_of[new] = key
             storage.tensors[new] = pyid
