@@ -12,6 +12,7 @@ use dtr::{Config, Interpreter, Op, SimulatorBackend};
 
 fn kib_op(cost: u64) -> Op {
     Op::Recorded(RecordedOp {
+        call: 0,
         name: "make".into(),
         cost,
         outputs: [RecordedOutput {

@@ -24,6 +24,7 @@ pub mod trace;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::simulator::SimulatorBackend;
+#[cfg(feature = "wgpu")]
 pub use backend::wgpu::{WgpuBackend, WgpuOptions};
 pub use backend::{Backend, BufferView};
 pub use config::Config;

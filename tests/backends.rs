@@ -1,3 +1,4 @@
+#![cfg(feature = "wgpu")]
 //! One test body per op and per interpreter scenario, run against every
 //! backend and compared with the CPU reference.
 //!

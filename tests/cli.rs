@@ -1,3 +1,4 @@
+#![cfg(feature = "cli")]
 //! The `dtr` command line's stable interface.
 
 use std::process::Command;

@@ -23,6 +23,7 @@ fn op(dtr: &mut Sim, inputs: &[TensorId], cost: u64, bytes: Option<u64>) -> Opti
         .into_iter()
         .collect();
     let recorded = Op::Recorded(RecordedOp {
+        call: 0,
         name: "op".into(),
         cost,
         outputs,

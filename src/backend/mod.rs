@@ -6,6 +6,7 @@
 
 pub mod cpu;
 pub mod simulator;
+#[cfg(feature = "wgpu")]
 pub mod wgpu;
 
 use smallvec::SmallVec;
@@ -66,6 +67,13 @@ pub trait Backend: 'static {
     /// Gives a buffer's memory back. The default drops it.
     fn release(&mut self, buffer: Self::Buffer) {
         drop(buffer);
+    }
+
+    /// The interpreter will never run `op` again (its node was freed): a
+    /// backend that keeps per-op records (a foreign framework's recorded
+    /// calls) may drop them. The default does nothing.
+    fn forget(&mut self, op: &Op) {
+        let _ = op;
     }
 
     /// How much memory the device has in all, when the backend can tell: the

@@ -5,6 +5,7 @@
 pub mod chains;
 pub mod checkpoint;
 pub mod generate;
+#[cfg(feature = "plot")]
 pub mod plot;
 pub mod revolve;
 pub mod timeline;

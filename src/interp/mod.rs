@@ -130,6 +130,20 @@ impl<B: Backend> Interpreter<B> {
         self.put_storage(layout, bytes, None)
     }
 
+    /// A put whose buffer the caller already made: a tensor of a foreign
+    /// framework, say, which dtr then accounts and keeps like any put.
+    /// Room for `bytes` is made by evicting first; on error the buffer is
+    /// dropped and nothing else changes but the eviction state.
+    pub fn adopt(&mut self, bytes: u64, buffer: B::Buffer) -> Result<TensorId> {
+        let block = self.reserve(&[bytes], eviction::RoomFor::Put(&[]))?[0];
+        let layout = Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize]);
+        let tensor = self.insert_put(layout, bytes, block, buffer);
+        if let Some(observer) = &mut self.observer {
+            observer.put(tensor, bytes, &[], None);
+        }
+        Ok(tensor)
+    }
+
     /// Reserves memory, fills it (with `data`, or zeros) and records a put.
     fn put_storage(
         &mut self,
@@ -326,6 +340,48 @@ impl<B: Backend> Interpreter<B> {
         Ok(true)
     }
 
+    /// Brings `tensor`'s value back into memory if it was evicted, without
+    /// reading it (a foreign framework is about to read the buffer itself).
+    pub fn ensure_resident(&mut self, tensor: TensorId) -> Result<()> {
+        self.ensure_defined(tensor)?;
+        let storage = self.graph.tensors[tensor].storage;
+        self.graph.storages[storage].last_access = self.graph.clock;
+        Ok(())
+    }
+
+    /// Prepares for `tensor`'s value to change outside the interpreter (a
+    /// foreign framework updating a parameter in place): every tensor with
+    /// a user handle whose recomputation would read the old value is
+    /// materialised now and [detached](Interpreter::detach), so no history
+    /// needs the old value any more. Returns the tensors it detached.
+    pub fn preserve_dependents(&mut self, tensor: TensorId) -> Result<Vec<TensorId>> {
+        let storage = self.live_tensor(tensor)?.storage;
+        let mut visited: SecondaryMap<NodeId, ()> = SecondaryMap::new();
+        let mut stack: Vec<NodeId> = Vec::new();
+        for &t in &self.graph.storages[storage].tensors {
+            stack.extend(self.graph.tensors[t].consumers.iter().copied());
+        }
+        let mut dependents: Vec<TensorId> = Vec::new();
+        while let Some(node) = stack.pop() {
+            if visited.insert(node, ()).is_some() {
+                continue;
+            }
+            for &output in self.graph.nodes[node].outputs.iter().flatten() {
+                let info = &self.graph.tensors[output];
+                if info.user_refs > 0 {
+                    dependents.push(output);
+                }
+                stack.extend(info.consumers.iter().copied());
+            }
+        }
+        // Detaching one frees only history that no live tensor needs, so
+        // the others' histories are intact.
+        for &dependent in &dependents {
+            self.detach(dependent)?;
+        }
+        Ok(dependents)
+    }
+
     /// Undoes one [`Interpreter::pin`].
     pub fn unpin(&mut self, tensor: TensorId) -> Result<()> {
         let storage = self.live_tensor(tensor)?.storage;
@@ -406,6 +462,12 @@ impl<B: Backend> Interpreter<B> {
 
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// The backend, to hand it what it needs between instructions (a foreign
+    /// backend's results of an op it has already run, say).
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
     }
 
     /// Starts passing every instruction of the program to `observer`
@@ -511,8 +573,9 @@ impl<B: Backend> Interpreter<B> {
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
         let OpNode {
-            inputs, outputs, ..
+            op, inputs, outputs, ..
         } = self.graph.nodes.remove(node).expect("node exists");
+        self.backend.forget(&op);
         for tensor in outputs.into_iter().flatten() {
             let info = self.graph.tensors.remove(tensor).expect("output exists");
             debug_assert!(!info.defined, "a failed op defined an output");

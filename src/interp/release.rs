@@ -109,6 +109,7 @@ impl<B: Backend> Interpreter<B> {
             return; // siblings still need the node to be recomputed
         }
         let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
+        self.backend.forget(&node_info.op);
         for input in node_info.inputs {
             let Some(input_info) = self.graph.tensors.get_mut(input) else {
                 continue;

@@ -241,6 +241,11 @@ pub struct RecordedOp {
     pub name: String,
     pub cost: u64,
     pub outputs: SmallVec<[RecordedOutput; 2]>,
+    /// The recording framework's id for this call: a foreign backend (the
+    /// PyTorch one of the `dtr` Python package) re-runs call `call` to
+    /// rematerialise the outputs. 0 in traces, which only the simulator runs.
+    #[serde(default)]
+    pub call: u64,
 }
 
 /// One output of a [`RecordedOp`].

@@ -149,6 +149,7 @@ fn step<B: Backend>(
                     )
                 })?,
                 Kernels::Recorded => Op::Recorded(RecordedOp {
+                    call: 0,
                     name: op.clone(),
                     cost: *cost,
                     outputs: outputs
