@@ -1,0 +1,76 @@
+"""What dtr needs to know of an ATen op, read once from its schema and tags."""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+import torch
+
+aten = torch.ops.aten
+
+# Batch norm writes its running statistics though its schema does not say
+# so (`Tensor? running_mean`, no `(a!)`): (mean, var) positions, and the
+# position of `training`, which must be true for the write to happen.
+_HIDDEN_WRITES: Dict[str, Tuple[Tuple[int, ...], int]] = {
+    "aten::native_batch_norm": ((3, 4), 5),
+    "aten::cudnn_batch_norm": ((3, 4), 5),
+    "aten::miopen_batch_norm": ((3, 4), 5),
+}
+
+# Ops whose fresh outputs do not depend on the constants they update (batch
+# norm's outputs in training use the batch's statistics, not the running
+# ones), so the outputs stay recomputable: a recomputation writes its
+# updates to scratch copies.
+_SIDE_EFFECT_ONLY_WRITES = {
+    "aten::native_batch_norm",
+    "aten::cudnn_batch_norm",
+    "aten::miopen_batch_norm",
+    "aten::_native_batch_norm_legit",
+    "aten::_batch_norm_with_update",
+}
+
+
+class OpInfo:
+    """One op overload: which arguments it writes, and whether it draws random numbers."""
+
+    __slots__ = ("name", "writes", "hidden_writes", "training_arg", "seeded",
+                 "nondeterministic", "side_effect_only_writes")
+
+    def __init__(self, func: torch._ops.OpOverload) -> None:
+        schema = func._schema
+        self.name = str(func)
+        # (position or None for keyword-only, name) of every argument written.
+        self.writes = tuple(
+            (None if arg.kwarg_only else position, arg.name)
+            for position, arg in enumerate(schema.arguments)
+            if arg.alias_info is not None and arg.alias_info.is_write
+        )
+        hidden = _HIDDEN_WRITES.get(schema.name)
+        self.hidden_writes = hidden[0] if hidden else ()
+        self.training_arg = hidden[1] if hidden else -1
+        tags = getattr(func, "tags", ())
+        self.seeded = torch.Tag.nondeterministic_seeded in tags
+        self.nondeterministic = torch.Tag.nondeterministic_bitwise in tags
+        self.side_effect_only_writes = schema.name in _SIDE_EFFECT_ONLY_WRITES
+
+    def written(self, args: tuple, kwargs: dict) -> list:
+        """The arguments this call writes (tensors, lists of tensors or None)."""
+        found = []
+        for position, name in self.writes:
+            if position is not None and position < len(args):
+                found.append(args[position])
+            elif name in kwargs:
+                found.append(kwargs[name])
+        if self.hidden_writes and len(args) > self.training_arg and args[self.training_arg]:
+            found.extend(args[p] for p in self.hidden_writes if p < len(args))
+        return found
+
+
+_INFO: Dict[object, OpInfo] = {}
+
+
+def op_info(func) -> OpInfo:
+    info = _INFO.get(func)
+    if info is None:
+        info = _INFO[func] = OpInfo(func)
+    return info

@@ -1,0 +1,576 @@
+"""A budget session: PyTorch's ATen calls, seen by a dispatch mode, driven by the Rust engine.
+
+How it works, in one place:
+
+- Every torch storage on the budgeted device that an op touches gets a
+  :class:`_Slot`, and the engine a tensor for its current value. Storages
+  made outside the session (parameters, inputs, optimiser state from an
+  earlier step) are *adopted* on first use as constants, never evicted.
+  Views share their base's storage and slot: accounting is per storage.
+- An op runs for real first (its inputs made resident), then the engine is
+  told (``Engine.apply``): it makes room for the outputs by evicting, and
+  keeps the call as the outputs' compute history.
+- Evicting frees for real: the storage is resized to zero bytes, so every
+  tensor, view and autograd saved tensor on it keeps its metadata and version
+  counter but loses its memory. Rematerialising re-runs the recorded call on
+  the engine's input buffers and swaps the fresh data pointer into the
+  original storage (no copy), so everything that held it sees the value again.
+- In place writes: under grad mode, to a recomputable storage, they make a
+  new version in the engine (the old one stays as history, recomputed into a
+  scratch buffer when needed). Writes to constants, and writes with grad off
+  (optimiser steps, gradient accumulation), first make every live tensor whose
+  recomputation would read the old value a constant; the target stays (or
+  becomes) a constant, so parameters, gradients and optimiser state are pinned
+  and history never spans steps.
+- Random ops keep the generator state they started from; a recomputation
+  restores it for the call and puts the generator back where it was.
+
+Deaths of storages arrive through weak references at any time; they are
+queued and handed to the engine at the next op, never re-entering it.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .. import OutOfMemory, _native
+from ._ops import op_info
+
+_Tensor = torch.Tensor
+_STRIDED = torch.strided
+_perf_ns = time.perf_counter_ns
+
+
+class _Slot:
+    """One torch storage under the session: the engine tensor of its current value."""
+
+    __slots__ = ("key", "ref", "handle", "nbytes", "buf", "resident", "constant", "readers")
+
+    def __init__(self, key: int, nbytes: int) -> None:
+        self.key = key
+        self.ref: Optional[weakref.ref] = None
+        self.handle: int = 0
+        self.nbytes = nbytes
+        self.buf = _Buf(self)
+        self.resident = True
+        self.constant = False
+        # Recorded calls that read this (recomputable) storage: they keep it
+        # alive once it becomes a constant, since it cannot be recomputed.
+        self.readers: List["_Call"] = []
+
+
+class _Buf:
+    """The engine's buffer for one version of a slot's value: the storage
+    itself while that version is current (``owns``), nothing after."""
+
+    __slots__ = ("slot", "owns")
+
+    def __init__(self, slot: _Slot) -> None:
+        self.slot = slot
+        self.owns = True
+
+
+class _Arg:
+    """A tensor argument of a recorded call: input ``index`` seen through a view."""
+
+    __slots__ = ("index", "dtype", "size", "stride", "offset")
+
+    def __init__(self, index: int, tensor: _Tensor) -> None:
+        self.index = index
+        self.dtype = tensor.dtype
+        self.size = tuple(tensor.shape)
+        self.stride = tensor.stride()
+        self.offset = tensor.storage_offset()
+
+    def over(self, storage: torch.UntypedStorage) -> _Tensor:
+        empty = torch.empty((0,), dtype=self.dtype, device=storage.device)
+        return empty.set_(storage, self.offset, self.size, self.stride)
+
+
+class _Call:
+    """What re-running one op needs: the op, its arguments with tensors as
+    :class:`_Arg`, where each engine output comes from, and its RNG state."""
+
+    __slots__ = ("func", "args", "kwargs", "sources", "slots", "handles",
+                 "rng", "copied_inputs", "scratch_inputs", "keep", "live", "grad_mode")
+
+    def __init__(self, func, args, kwargs, sources, slots, copied_inputs, scratch_inputs, rng):
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        # Per engine output: ≥ 0, that position of the flattened result; < 0,
+        # input -1-k written in place.
+        self.sources = sources
+        self.slots = slots
+        self.handles: List[int] = []
+        self.rng = rng
+        self.copied_inputs = copied_inputs
+        self.scratch_inputs = scratch_inputs
+        # The constant inputs' storages: a constant cannot be recomputed, so
+        # its memory stays while a call that may re-run reads it.
+        self.keep: List[torch.UntypedStorage] = []
+        self.live = True
+        # Some kernels read grad mode (mkldnn's RNN returns its workspace
+        # only with it on): a re-run sees what the first run saw.
+        self.grad_mode = torch.is_grad_enabled()
+
+
+def _flatten(value: Any, out: list) -> list:
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            _flatten(item, out)
+    else:
+        out.append(value)
+    return out
+
+
+def _rebuild(template: Any, storages: list) -> Any:
+    if type(template) is _Arg:
+        return template.over(storages[template.index])
+    if isinstance(template, (tuple, list)):
+        return type(template)(_rebuild(item, storages) for item in template)
+    return template
+
+
+def _generator(args: tuple, kwargs: dict) -> torch.Generator:
+    """The generator a random op draws from: its `generator=`, else its device's default."""
+    generator = kwargs.get("generator")
+    if generator is not None:
+        return generator
+    device = kwargs.get("device")
+    if device is None:
+        for arg in args:
+            if isinstance(arg, _Tensor):
+                device = arg.device
+                break
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.default_generators[index]
+    return torch.default_generator
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, session: "Session") -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.session._dispatch(func, args, kwargs or {})
+
+
+class Session:
+    """One ``dtr.torch.budget`` context: the engine, the slots, the recorded calls.
+
+    >>> with dtr.torch.budget("1GiB") as session:
+    ...     loss = model(x).sum(); loss.backward()
+    >>> session.stats()["peak_bytes"] <= 2**30
+    True
+    """
+
+    def __init__(self, budget_bytes: Optional[int], heuristic: str,
+                 device: Optional[torch.device]) -> None:
+        self.budget_bytes = budget_bytes
+        self.heuristic = heuristic
+        self.device = device
+        self._engine: Optional[_native.Engine] = _native.Engine(self, budget_bytes, heuristic)
+        self._slots: Dict[int, _Slot] = {}
+        self._slot_of_handle: Dict[int, _Slot] = {}
+        self._calls: Dict[int, _Call] = {}
+        self._next_call = 1
+        self._deaths: List[_Slot] = []
+        self._grad_hooks: list = []
+        self._ops = 0
+        self._remat_ns = 0
+        self._closed_stats: Optional[dict] = None
+        # Unbounded sessions never evict, so they never re-run a call.
+        self._recording = budget_bytes is not None
+        self._mode = _Mode(self)
+
+    # ----- the context -----------------------------------------------------
+
+    def __enter__(self) -> "Session":
+        if self._engine is None:
+            raise RuntimeError("a dtr budget session cannot be entered twice")
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+        self._close()
+
+    def _close(self) -> None:
+        """Restores every live storage, so tensors stay valid after the context."""
+        engine = self._engine
+        if engine is None:
+            return
+        self._drain()
+        engine.set_budget(None)
+        for slot in list(self._slots.values()):
+            if not slot.resident and slot.ref is not None and slot.ref() is not None:
+                engine.ensure_resident(slot.handle)
+        self._closed_stats = self.stats()
+        for hook in self._grad_hooks:
+            hook.remove()
+        self._grad_hooks.clear()
+        self._slots.clear()
+        self._slot_of_handle.clear()
+        for call in self._calls.values():
+            call.keep.clear()
+        self._calls.clear()
+        self._engine = None
+
+    def stats(self) -> dict:
+        """The session's figures: ``peak_bytes``, ``budget_bytes``, ``evictions``,
+        ``rematerializations``, ``remat_seconds``, ``ops`` and more."""
+        if self._engine is None and self._closed_stats is not None:
+            return dict(self._closed_stats)
+        assert self._engine is not None
+        stats = dict(self._engine.stats())
+        stats["budget_bytes"] = self.budget_bytes
+        stats["ops"] = self._ops
+        stats["remat_seconds"] = self._remat_ns / 1e9
+        stats["tracked_storages"] = len(self._slots)
+        return stats
+
+    def check(self) -> None:
+        """Checks the engine's invariants (for tests)."""
+        if self._engine is not None:
+            self._drain()
+            self._engine.check_invariants()
+
+    # ----- storages --------------------------------------------------------
+
+    def _track(self, tensor: _Tensor) -> Optional[_Slot]:
+        """The tensor's slot, adopting its storage as a constant when new;
+        None for tensors outside the budget (other devices, sparse, meta)."""
+        device = tensor.device
+        if device != self.device:
+            if self.device is not None or device.type == "meta":
+                return None
+            self.device = device
+        if tensor.layout is not _STRIDED:
+            return None
+        storage = tensor.untyped_storage()
+        slot = self._slots.get(storage._cdata)
+        if slot is None:
+            slot = self._new_slot(storage)
+            slot.constant = True
+            slot.readers = None
+            slot.handle = self._engine_call(self._engine.adopt, "adopting a tensor made outside dtr",
+                                            slot.nbytes, slot.buf)
+            self._slot_of_handle[slot.handle] = slot
+            if tensor.requires_grad and tensor.is_leaf:
+                self._grad_hooks.append(tensor.register_post_accumulate_grad_hook(self._pin_grad))
+        return slot
+
+    def _pin_grad(self, param: _Tensor) -> None:
+        """A parameter's gradient is a constant from accumulation on: the
+        optimiser reads it after the activations it came from are gone."""
+        grad = param.grad
+        if self._engine is None or grad is None:
+            return
+        slot = self._track(grad)
+        if slot is not None and not slot.constant:
+            self._detach(slot, "keeping a gradient")
+
+    def _new_slot(self, storage: torch.UntypedStorage) -> _Slot:
+        slot = _Slot(storage._cdata, storage.nbytes())
+        slots, deaths = self._slots, self._deaths
+
+        def died(_ref, slot=slot, slots=slots, deaths=deaths):
+            # The storage is gone: its address may be reused at once.
+            if slots.get(slot.key) is slot:
+                del slots[slot.key]
+            deaths.append(slot)
+
+        slot.ref = weakref.ref(storage, died)
+        self._slots[slot.key] = slot
+        return slot
+
+    def _drain(self) -> None:
+        """Hands dead storages to the engine (freed, or kept as history) and
+        drops the records of calls the engine freed, which may free more."""
+        engine = self._engine
+        while True:
+            while self._deaths:
+                slot = self._deaths.pop()
+                slot.resident = False
+                if self._slot_of_handle.get(slot.handle) is slot:
+                    del self._slot_of_handle[slot.handle]
+                engine.release(slot.handle)
+            forgotten = engine.take_forgotten()
+            if not forgotten:
+                return
+            for call_id in forgotten:
+                call = self._calls.pop(call_id, None)
+                if call is not None:
+                    call.live = False
+                    call.keep.clear()  # may kill storages: another round
+
+    def _made_constant(self, slot: _Slot) -> None:
+        """Marks a slot the engine detached: its readers now keep it alive."""
+        slot.constant = True
+        readers, slot.readers = slot.readers, None
+        if readers:
+            storage = slot.ref() if slot.ref is not None else None
+            for call in readers:
+                if call.live and storage is not None:
+                    call.keep.append(storage)
+
+    def _detach(self, slot: _Slot, what: str) -> None:
+        self._engine_call(self._engine.detach, what, slot.handle)
+        self._made_constant(slot)
+
+    def _preserve_dependents(self, slot: _Slot, what: str) -> None:
+        detached = self._engine_call(self._engine.preserve_dependents, what, slot.handle)
+        for handle in detached:
+            dependent = self._slot_of_handle.get(handle)
+            if dependent is not None:
+                self._made_constant(dependent)
+
+    def _engine_call(self, method, what: str, *args):
+        try:
+            return method(*args)
+        except _native.OutOfMemoryError as error:
+            message, context, requested, budget, in_use = error.args
+            raise OutOfMemory(
+                f"dtr: out of memory while {what}: {message}. Raise the budget "
+                f"(at least {in_use + requested} bytes are needed here) and retry.",
+                op=context, requested_bytes=requested, budget_bytes=budget,
+                in_use_bytes=in_use,
+            ) from None
+
+    # ----- the engine's host protocol ----------------------------------------
+
+    def execute(self, call_id: int, buffers: list) -> list:
+        """Re-runs recorded call ``call_id`` over the engine's input buffers."""
+        start = _perf_ns()
+        call = self._calls.get(call_id)
+        if call is None:
+            raise RuntimeError(f"dtr: no record of call {call_id} to recompute")
+        storages = []
+        for buffer in buffers:
+            if type(buffer) is _Buf:
+                storage = buffer.slot.ref() if buffer.owns else None
+                if storage is None:
+                    raise RuntimeError("dtr: a storage the engine holds as resident is gone")
+                storages.append(storage)
+            else:
+                storages.append(buffer)
+        for index in call.copied_inputs:
+            storages[index] = storages[index].clone()
+        for index in call.scratch_inputs:
+            storages[index] = storages[index].clone()
+        args = _rebuild(call.args, storages)
+        kwargs = {name: _rebuild(value, storages) for name, value in call.kwargs.items()}
+        with torch.set_grad_enabled(call.grad_mode):
+            if call.rng is None:
+                result = call.func(*args, **kwargs)
+            else:
+                generator, state = call.rng
+                now = generator.get_state()
+                generator.set_state(state)
+                try:
+                    result = call.func(*args, **kwargs)
+                finally:
+                    generator.set_state(now)
+        flat = _flatten(result, [])
+        outputs = []
+        for source, slot, handle in zip(call.sources, call.slots, call.handles):
+            fresh = flat[source].untyped_storage() if source >= 0 else storages[-1 - source]
+            # Only an evicted current version takes the data back; for history,
+            # or an output still resident (which the engine discards), the
+            # fresh storage itself is the buffer.
+            current = slot.handle == handle and slot.buf.owns and not slot.resident
+            target = slot.ref() if current else None
+            if target is None:
+                outputs.append(fresh)
+                continue
+            if target.nbytes() == 0 and fresh.nbytes() == slot.nbytes:
+                target._swap_data_ptr_(fresh)
+            else:
+                target.resize_(fresh.nbytes())
+                target.copy_(fresh)
+            slot.resident = True
+            outputs.append(slot.buf)
+        self._remat_ns += _perf_ns() - start
+        return outputs
+
+    def release(self, buffer) -> None:
+        """Frees one buffer: a current storage shrinks to zero bytes."""
+        if type(buffer) is _Buf and buffer.owns:
+            slot = buffer.slot
+            slot.resident = False
+            storage = slot.ref()
+            if storage is not None:
+                storage.resize_(0)
+
+    # ----- one op ----------------------------------------------------------
+
+    def _dispatch(self, func, args: tuple, kwargs: dict):
+        engine = self._engine
+        self._drain()
+        self._ops += 1
+        info = op_info(func)
+
+        inputs: List[_Slot] = []
+        index_of: Dict[int, int] = {}
+
+        def scan(value):
+            """The argument as a template, tracking its tensors as inputs."""
+            if isinstance(value, _Tensor):
+                slot = self._track(value)
+                if slot is None:
+                    return value
+                index = index_of.get(slot.key)
+                if index is None:
+                    index = index_of[slot.key] = len(inputs)
+                    inputs.append(slot)
+                return _Arg(index, value)
+            if isinstance(value, (tuple, list)):
+                return type(value)(scan(item) for item in value)
+            return value
+
+        template_args = scan(args)
+        template_kwargs = {name: scan(value) for name, value in kwargs.items()}
+
+        # Writes, decided before running: making a constant may recompute.
+        versioned: List[_Slot] = []
+        constants_written: List[_Slot] = []
+        if info.writes or info.hidden_writes:
+            for written in info.written(args, kwargs):
+                for tensor in _flatten(written, []):
+                    slot = self._track(tensor) if isinstance(tensor, _Tensor) else None
+                    if slot is None or slot in versioned or slot in constants_written:
+                        continue
+                    if slot.constant or not torch.is_grad_enabled():
+                        what = f"preparing the in-place {info.name}"
+                        self._preserve_dependents(slot, what)
+                        if not slot.constant:
+                            self._detach(slot, what)
+                        constants_written.append(slot)
+                    else:
+                        versioned.append(slot)
+
+        pinned: Optional[List[int]] = None
+        # Every op needs its inputs resident, views too: they check the
+        # storage's size.
+        if any(not slot.resident for slot in inputs):
+            pinned = []
+            try:
+                for slot in inputs:
+                    self._engine_call(engine.pin, f"recomputing the inputs of {info.name}",
+                                      slot.handle)
+                    pinned.append(slot.handle)
+            except BaseException:
+                self._unpin(pinned)
+                raise
+        try:
+            return self._run(func, info, args, kwargs, template_args, template_kwargs,
+                             inputs, versioned, constants_written)
+        except BaseException:
+            if pinned is not None:
+                self._unpin(pinned)
+                pinned = None
+            # An op that failed after writing in place: the engine still has
+            # the old version, so drop the written data; the next use
+            # recomputes the value from before the op.
+            for slot in versioned:
+                if slot.resident and slot.buf.owns:
+                    engine.evict(slot.handle)
+            raise
+        finally:
+            if pinned is not None:
+                self._unpin(pinned)
+
+    def _unpin(self, handles: List[int]) -> None:
+        for handle in handles:
+            self._engine.unpin(handle)
+
+    def _run(self, func, info, args, kwargs, template_args, template_kwargs,
+             inputs, versioned, constants_written):
+        engine = self._engine
+        rng = None
+        if info.seeded and self._recording:
+            generator = _generator(args, kwargs)
+            rng = (generator, generator.get_state())
+        start = _perf_ns()
+        result = func(*args, **kwargs)
+        cost = _perf_ns() - start
+
+        fresh: List[_Slot] = []
+        sources: List[int] = []
+        for position, value in enumerate(_flatten(result, [])):
+            if not isinstance(value, _Tensor) or value.layout is not _STRIDED:
+                continue
+            if value.device != self.device:
+                continue
+            storage = value.untyped_storage()
+            if storage._cdata in self._slots or storage.nbytes() == 0:
+                continue  # a view of an input, an in-place result, or empty
+            fresh.append(self._new_slot(storage))
+            sources.append(position)
+        if not fresh and not versioned:
+            return result
+
+        new_versions = [_Buf(slot) for slot in versioned]
+        sources.extend(-1 - inputs.index(slot) for slot in versioned)
+        outputs = fresh + versioned
+        call_id = self._next_call
+        self._next_call += 1
+        try:
+            handles = self._engine_call(
+                engine.apply, f"running {info.name}", call_id, info.name,
+                [slot.handle for slot in inputs],
+                [slot.buf for slot in fresh] + new_versions,
+                [slot.nbytes for slot in outputs], cost,
+            )
+        except BaseException:
+            for slot in fresh:  # never tracked: the caller gets no result
+                if self._slots.get(slot.key) is slot:
+                    del self._slots[slot.key]
+            raise
+        slot_of_handle = self._slot_of_handle
+        for slot, handle in zip(fresh, handles):
+            slot.handle = handle
+            slot_of_handle[handle] = slot
+        for slot, buf, handle in zip(versioned, new_versions, handles[len(fresh):]):
+            slot.buf.owns = False  # the old version's value is overwritten
+            slot.buf = buf
+            old, slot.handle = slot.handle, handle
+            del slot_of_handle[old]
+            slot_of_handle[handle] = slot
+            engine.release(old)
+
+        # Outputs a re-run could not reproduce are constants, and so are
+        # those of grad-free ops on constants alone (optimiser state), lest
+        # history span training steps.
+        recomputable = not (info.nondeterministic and self.device.type == "cuda")
+        if constants_written and not info.side_effect_only_writes:
+            recomputable = False
+        if not torch.is_grad_enabled() and all(slot.constant for slot in inputs):
+            recomputable = False
+        if not recomputable:
+            for slot in outputs:
+                self._detach(slot, f"running {info.name}")
+        elif self._recording:
+            call = _Call(
+                func, template_args, template_kwargs, sources, outputs,
+                copied_inputs=tuple(inputs.index(slot) for slot in versioned),
+                scratch_inputs=tuple(inputs.index(slot) for slot in constants_written),
+                rng=rng,
+            )
+            call.handles = handles
+            for slot in inputs:
+                if slot.constant:
+                    call.keep.append(slot.ref())
+                else:
+                    slot.readers.append(call)
+            self._calls[call_id] = call
+        return result

@@ -1,0 +1,367 @@
+//! `dtr._native`: the Rust DTR interpreter, driven from Python.
+//!
+//! This crate converts types and errors and nothing else. The interpreter
+//! (scoring, eviction, locking, rematerialisation) is the `dtr` crate's; the
+//! one thing added here is [`TorchBackend`], a backend whose buffers are
+//! Python objects (torch storages) and whose `execute` asks the Python side
+//! to re-run a recorded ATen call.
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use slotmap::{Key, KeyData};
+use smallvec::SmallVec;
+
+use dtr::backend::{Backend, BufferView};
+use dtr::memory::Block;
+use dtr::ops::{Op, RecordedOp, RecordedOutput, Signature};
+use dtr::shape::Layout;
+use dtr::{Config, Error, Interpreter, TensorId};
+
+create_exception!(
+    _native,
+    OutOfMemoryError,
+    PyRuntimeError,
+    "No eviction can make room: args are (message, context, requested_bytes, budget_bytes, in_use_bytes)."
+);
+
+/// A backend whose buffers live in Python: the host object's `execute(call,
+/// buffers)` re-runs a recorded call and returns one buffer per output, and
+/// `release(buffer)` frees one.
+struct TorchBackend {
+    host: Py<PyAny>,
+    /// Outputs of a call the host has already run, handed over on that
+    /// call's first `execute` (its inputs were resident, so it is the root).
+    ran: Option<(u64, Vec<Py<PyAny>>)>,
+    /// The Python exception behind the last failed `execute`, re-raised as
+    /// itself instead of as a string.
+    failure: Option<PyErr>,
+    /// Calls whose nodes the interpreter has freed: the host may forget them.
+    forgotten: Vec<u64>,
+}
+
+impl TorchBackend {
+    fn no_host_data(what: &str) -> Error {
+        Error::Backend {
+            backend: "torch",
+            message: format!("{what}: torch tensors enter through `adopt`"),
+        }
+    }
+}
+
+impl Backend for TorchBackend {
+    type Buffer = Py<PyAny>;
+
+    fn name(&self) -> &'static str {
+        "torch"
+    }
+
+    fn upload(&mut self, _: &[f32], _: &Layout, _: Option<Block>) -> dtr::Result<Py<PyAny>> {
+        Err(Self::no_host_data("upload"))
+    }
+
+    fn allocate(&mut self, _: &Layout, _: u64, _: Option<Block>) -> dtr::Result<Py<PyAny>> {
+        Err(Self::no_host_data("allocate"))
+    }
+
+    fn execute(
+        &mut self,
+        op: &Op,
+        inputs: &[BufferView<'_, Py<PyAny>>],
+        signature: &Signature,
+        _at: Option<&[Block]>,
+    ) -> dtr::Result<SmallVec<[Option<Py<PyAny>>; 2]>> {
+        let Op::Recorded(recorded) = op else {
+            return Err(Error::Backend {
+                backend: "torch",
+                message: format!("`{}` is not a recorded torch call", op.name()),
+            });
+        };
+        if matches!(&self.ran, Some((call, _)) if *call == recorded.call) {
+            let (_, outputs) = self.ran.take().expect("matched above");
+            return Ok(outputs.into_iter().map(Some).collect());
+        }
+        let result = Python::attach(|py| -> PyResult<Vec<Py<PyAny>>> {
+            let buffers = PyList::new(py, inputs.iter().map(|view| view.buffer.clone_ref(py)))?;
+            let outputs = self
+                .host
+                .call_method1(py, "execute", (recorded.call, buffers))?;
+            outputs.extract(py)
+        });
+        match result {
+            Ok(outputs) if outputs.len() == signature.outputs.len() => {
+                Ok(outputs.into_iter().map(Some).collect())
+            }
+            Ok(outputs) => Err(Error::Backend {
+                backend: "torch",
+                message: format!(
+                    "re-running `{}` gave {} outputs, not {}",
+                    recorded.name,
+                    outputs.len(),
+                    signature.outputs.len()
+                ),
+            }),
+            Err(error) => {
+                let message = format!("re-running `{}` failed: {error}", recorded.name);
+                self.failure = Some(error);
+                Err(Error::Backend {
+                    backend: "torch",
+                    message,
+                })
+            }
+        }
+    }
+
+    fn read(&mut self, _: BufferView<'_, Py<PyAny>>) -> dtr::Result<Vec<f32>> {
+        Err(Error::Backend {
+            backend: "torch",
+            message: "torch tensors are read by torch".into(),
+        })
+    }
+
+    fn release(&mut self, buffer: Py<PyAny>) {
+        Python::attach(|py| {
+            if let Err(error) = self.host.call_method1(py, "release", (buffer,)) {
+                error.write_unraisable(py, None);
+            }
+        });
+    }
+
+    fn forget(&mut self, op: &Op) {
+        if let Op::Recorded(recorded) = op {
+            self.forgotten.push(recorded.call);
+        }
+    }
+}
+
+fn handle(tensor: TensorId) -> u64 {
+    tensor.data().as_ffi()
+}
+
+fn tensor_id(handle: u64) -> TensorId {
+    // An unknown or stale handle finds no tensor: the interpreter then
+    // reports `UnknownTensor` rather than panicking.
+    TensorId::from(KeyData::from_ffi(handle))
+}
+
+/// The DTR interpreter over a Python host. One per `dtr.torch.budget` session.
+#[pyclass(unsendable, module = "dtr._native")]
+struct Engine {
+    interp: Interpreter<TorchBackend>,
+}
+
+impl Engine {
+    /// A Python exception for an interpreter error: the host's own exception
+    /// when a re-run failed, `OutOfMemoryError` with its figures, else
+    /// `ValueError` for bad arguments and `RuntimeError` for the rest.
+    fn error(&mut self, error: Error) -> PyErr {
+        if let Some(failure) = self.interp.backend_mut().failure.take() {
+            return failure;
+        }
+        match &error {
+            Error::OutOfMemory {
+                context,
+                requested_bytes,
+                budget_bytes,
+                in_use_bytes,
+                ..
+            } => OutOfMemoryError::new_err((
+                error.to_string(),
+                context.clone(),
+                *requested_bytes,
+                *budget_bytes,
+                *in_use_bytes,
+            )),
+            Error::InvalidArgument(_) | Error::UnknownTensor(_) | Error::UnknownHeuristic { .. } => {
+                PyValueError::new_err(error.to_string())
+            }
+            _ => PyRuntimeError::new_err(error.to_string()),
+        }
+    }
+
+    fn check<T>(&mut self, result: dtr::Result<T>) -> PyResult<T> {
+        result.map_err(|error| self.error(error))
+    }
+}
+
+#[pymethods]
+impl Engine {
+    /// `host` has `execute(call, buffers) -> list` and `release(buffer)`.
+    #[new]
+    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0))]
+    fn new(host: Py<PyAny>, budget_bytes: Option<u64>, heuristic: &str, seed: u64) -> PyResult<Self> {
+        let mut config = Config::default().with_heuristic(heuristic).with_seed(seed);
+        config.budget_bytes = budget_bytes;
+        let backend = TorchBackend {
+            host,
+            ran: None,
+            failure: None,
+            forgotten: Vec::new(),
+        };
+        let interp = Interpreter::new(backend, config).map_err(|e| match e {
+            Error::UnknownHeuristic { .. } | Error::InvalidArgument(_) => {
+                PyValueError::new_err(e.to_string())
+            }
+            other => PyRuntimeError::new_err(other.to_string()),
+        })?;
+        Ok(Engine { interp })
+    }
+
+    /// Tracks a storage made outside dtr (a parameter, an input) as a
+    /// constant of `nbytes`; returns its handle.
+    fn adopt(&mut self, nbytes: u64, buffer: Py<PyAny>) -> PyResult<u64> {
+        let result = self.interp.adopt(nbytes, buffer);
+        self.check(result).map(handle)
+    }
+
+    /// Records call `call` (named `name`), which has just run over the
+    /// resident `inputs` and made `outputs` of `nbytes` each, costing
+    /// `cost`: makes room for the outputs by evicting, and returns their
+    /// handles.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        call: u64,
+        name: String,
+        inputs: Vec<u64>,
+        outputs: Vec<Py<PyAny>>,
+        nbytes: Vec<u64>,
+        cost: u64,
+    ) -> PyResult<Vec<u64>> {
+        if outputs.len() != nbytes.len() {
+            return Err(PyValueError::new_err(format!(
+                "apply: {} outputs but {} sizes",
+                outputs.len(),
+                nbytes.len()
+            )));
+        }
+        let op = Op::Recorded(RecordedOp {
+            name,
+            cost: cost.max(1),
+            outputs: nbytes
+                .iter()
+                .map(|&bytes| RecordedOutput {
+                    bytes,
+                    alias_of: None,
+                })
+                .collect(),
+            call,
+        });
+        let inputs: SmallVec<[TensorId; 4]> = inputs.into_iter().map(tensor_id).collect();
+        self.interp.backend_mut().ran = Some((call, outputs));
+        let result = self.interp.apply_op(op, &inputs);
+        // Unused when the op failed before running.
+        self.interp.backend_mut().ran = None;
+        let outputs = self.check(result)?;
+        Ok(outputs.into_iter().map(handle).collect())
+    }
+
+    /// Drops the user's handle: the storage is freed, or kept as history.
+    fn release(&mut self, tensor: u64) -> PyResult<()> {
+        let result = self.interp.del(tensor_id(tensor));
+        self.check(result)
+    }
+
+    /// Rematerialises `tensor` if evicted and keeps it resident until `unpin`.
+    fn pin(&mut self, tensor: u64) -> PyResult<()> {
+        let result = self.interp.pin(tensor_id(tensor));
+        self.check(result)
+    }
+
+    fn unpin(&mut self, tensor: u64) -> PyResult<()> {
+        let result = self.interp.unpin(tensor_id(tensor));
+        self.check(result)
+    }
+
+    /// Rematerialises `tensor` if it was evicted.
+    fn ensure_resident(&mut self, tensor: u64) -> PyResult<()> {
+        let result = self.interp.ensure_resident(tensor_id(tensor));
+        self.check(result)
+    }
+
+    /// Evicts `tensor` now if it can be (recomputable, resident, not pinned
+    /// or in use); returns whether it was.
+    fn evict(&mut self, tensor: u64) -> PyResult<bool> {
+        let result = self.interp.evict_now(tensor_id(tensor));
+        self.check(result)
+    }
+
+    fn is_resident(&self, tensor: u64) -> PyResult<bool> {
+        self.interp
+            .is_resident(tensor_id(tensor))
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// Makes `tensor` a constant: materialised, never evicted, history cut.
+    fn detach(&mut self, tensor: u64) -> PyResult<()> {
+        let result = self.interp.detach(tensor_id(tensor));
+        self.check(result)
+    }
+
+    /// Before `tensor` changes in place: materialises and detaches every
+    /// live tensor whose recomputation would read its old value; returns them.
+    fn preserve_dependents(&mut self, tensor: u64) -> PyResult<Vec<u64>> {
+        let result = self.interp.preserve_dependents(tensor_id(tensor));
+        self.check(result)
+            .map(|detached| detached.into_iter().map(handle).collect())
+    }
+
+    /// Changes the budget (`None`: unbounded).
+    fn set_budget(&mut self, budget_bytes: Option<u64>) {
+        self.interp.set_budget_bytes(budget_bytes);
+    }
+
+    /// Calls whose records the host may drop: the interpreter freed their nodes.
+    fn take_forgotten(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.interp.backend_mut().forgotten)
+    }
+
+    /// The interpreter's counters and memory figures.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let stats = self.interp.stats();
+        let memory = self.interp.memory();
+        let dict = PyDict::new(py);
+        dict.set_item("peak_bytes", memory.peak_bytes)?;
+        dict.set_item("in_use_bytes", memory.in_use_bytes)?;
+        dict.set_item("budget_bytes", memory.budget_bytes)?;
+        dict.set_item("evictions", stats.evictions)?;
+        dict.set_item("eager_evictions", stats.eager_evictions)?;
+        dict.set_item("rematerializations", stats.rematerializations)?;
+        dict.set_item("lock_relaxations", stats.lock_relaxations)?;
+        dict.set_item("engine_ops", stats.ops)?;
+        dict.set_item("compute_ns", stats.compute)?;
+        dict.set_item("remat_compute_ns", stats.remat_compute)?;
+        dict.set_item("tracked_tensors", self.interp.tracked_tensors())?;
+        dict.set_item("heuristic", self.interp.heuristic_name())?;
+        Ok(dict)
+    }
+
+    /// Checks the interpreter's invariants; raises `RuntimeError` naming the broken one.
+    fn check_invariants(&self) -> PyResult<()> {
+        self.interp
+            .check_invariants()
+            .map_err(PyRuntimeError::new_err)
+    }
+}
+
+/// `(name, description)` of every eviction heuristic `Engine` accepts.
+#[pyfunction]
+fn heuristics() -> Vec<(&'static str, String)> {
+    dtr::policy::heuristic_names()
+        .map(|name| {
+            let about = dtr::policy::heuristic_by_name(name, 0)
+                .map(|h| h.about().to_string())
+                .unwrap_or_default();
+            (name, about)
+        })
+        .collect()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Engine>()?;
+    m.add_function(wrap_pyfunction!(heuristics, m)?)?;
+    m.add("OutOfMemoryError", m.py().get_type::<OutOfMemoryError>())?;
+    Ok(())
+}

@@ -1,0 +1,175 @@
+"""dtr.torch.budget on real PyTorch: training under a budget equals stock PyTorch, bit for bit."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dtr_torch = pytest.importorskip("dtr.torch")
+import dtr  # noqa: E402
+
+MiB = 2**20
+
+
+def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0):
+    """Trains a copy of `model` one step per batch; returns the losses, the
+    gradients of every step, the final parameters, the session (or None)
+    and the next numbers of the global generator."""
+    model = copy.deepcopy(model)
+    optimizer = make_optimizer(model.parameters())
+    losses, grads = [], []
+
+    def steps():
+        for batch in batches:
+            loss = loss_fn(model, batch)
+            loss.backward()
+            # Host copies, outside the budget: the harness must not crowd it.
+            grads.append([torch.from_numpy(p.grad.numpy().copy()) for p in model.parameters()])
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(torch.from_numpy(loss.detach().numpy().copy()))
+
+    torch.manual_seed(seed)
+    session = None
+    if limit == "stock":
+        steps()
+    else:
+        with dtr_torch.budget(limit) as session:
+            steps()
+            session.check()
+    after = torch.rand(4)  # where the global generator was left
+    params = [p.detach().clone() for p in model.parameters()]
+    return losses, grads, params, session, after
+
+
+def assert_bitwise(expected, actual):
+    e_losses, e_grads, e_params, _, e_after = expected
+    a_losses, a_grads, a_params, _, a_after = actual
+    for step, (e, a) in enumerate(zip(e_losses, a_losses)):
+        assert torch.equal(e, a), f"step {step}: loss {e.item()} != {a.item()}"
+    for step, (es, as_) in enumerate(zip(e_grads, a_grads)):
+        for k, (e, a) in enumerate(zip(es, as_)):
+            assert torch.equal(e, a), f"step {step}: gradient {k} differs"
+    for e, a in zip(e_params, a_params):
+        assert torch.equal(e, a)
+    assert torch.equal(e_after, a_after), "the global generator was left elsewhere"
+
+
+def mlp():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(24):
+        layers += [torch.nn.Linear(32, 32), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(32, 10))
+    batches = [(torch.randn(2048, 32), torch.randint(0, 10, (2048,))) for _ in range(2)]
+    loss = lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1])  # noqa: E731
+    return model, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), batches, loss
+
+
+def convnet():
+    torch.manual_seed(0)
+    def block(c_in, c_out):
+        return [torch.nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+                torch.nn.BatchNorm2d(c_out), torch.nn.ReLU(inplace=True)]
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        *[layer for _ in range(6) for layer in block(16, 16)], torch.nn.MaxPool2d(2),
+        *block(16, 32), *block(32, 32), *block(32, 32), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(32, 10))
+    batches = [(torch.randn(32, 3, 16, 16), torch.randint(0, 10, (32,))) for _ in range(2)]
+    loss = lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1])  # noqa: E731
+    return model, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), batches, loss
+
+
+def transformer():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[
+        torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
+        for _ in range(4)])
+    batches = [torch.randn(16, 96, 32) for _ in range(2)]
+    loss = lambda m, x: m(x).square().mean()  # noqa: E731
+    return model, lambda p: torch.optim.AdamW(p, lr=1e-3), batches, loss
+
+
+class LanguageModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 32)
+        self.lstm = torch.nn.LSTM(32, 48, num_layers=4, batch_first=True, dropout=0.1)
+        self.head = torch.nn.Linear(48, 100)
+
+    def forward(self, tokens):
+        hidden, _ = self.lstm(self.embed(tokens))
+        return self.head(hidden)
+
+
+def lstm():
+    torch.manual_seed(0)
+    model = LanguageModel()
+    batches = [torch.randint(0, 100, (96, 40)) for _ in range(2)]
+
+    def loss(m, tokens):
+        logits = m(tokens[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 100), tokens[:, 1:].reshape(-1))
+    return model, lambda p: torch.optim.Adam(p, lr=1e-3), batches, loss
+
+
+MODELS = {"mlp": mlp, "convnet": convnet, "transformer": transformer, "lstm": lstm}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_under_a_budget_is_bitwise_equal(name):
+    model, make_optimizer, batches, loss = MODELS[name]()
+    stock = train(model, make_optimizer, batches, loss)
+    tracked = train(model, make_optimizer, batches, loss, limit=None)
+    assert_bitwise(stock, tracked)
+    peak = tracked[3].stats()["peak_bytes"]
+    assert tracked[3].stats()["evictions"] >= 0 and peak > 0
+    for ratio in (0.5, 0.3):
+        budget = int(peak * ratio)
+        run = train(model, make_optimizer, batches, loss, limit=budget)
+        assert_bitwise(stock, run)
+        stats = run[3].stats()
+        assert stats["peak_bytes"] <= budget, (ratio, stats)
+        assert stats["evictions"] > 0 and stats["rematerializations"] > 0, stats
+
+
+def test_stats_have_the_documented_fields():
+    with dtr_torch.budget("1GiB") as session:
+        (torch.randn(100, requires_grad=True).exp().sum()).backward()
+    stats = session.stats()
+    for field in ("peak_bytes", "budget_bytes", "evictions", "rematerializations",
+                  "remat_seconds", "ops"):
+        assert field in stats, field
+    assert stats["budget_bytes"] == 2**30
+    assert stats["ops"] > 0
+
+
+def test_every_heuristic_is_selectable():
+    model, make_optimizer, batches, loss = mlp()
+    stock = train(model, make_optimizer, batches[:1], loss)
+    peak = train(model, make_optimizer, batches[:1], loss, limit=None)[3].stats()["peak_bytes"]
+    for name, _ in dtr.heuristics():
+        def run(limit):
+            model_copy = copy.deepcopy(model)
+            opt = make_optimizer(model_copy.parameters())
+            torch.manual_seed(0)
+            with dtr_torch.budget(limit, heuristic=name):
+                value = loss(model_copy, batches[0])
+                value.backward()
+                opt.step()
+            return value.detach()
+        assert torch.equal(run(int(peak * 0.5)), stock[0][0]), name
+    with pytest.raises(ValueError, match="unknown heuristic"):
+        dtr_torch.budget(None, heuristic="nope")
+
+
+def test_sizes_parse_and_bad_ones_are_errors():
+    assert dtr.parse_bytes("1.5GiB") == 3 * 2**29
+    assert dtr.parse_bytes("800MB") == 800 * 10**6
+    assert dtr.parse_bytes(4096) == 4096
+    for bad in ("1.5 parsecs", "-1MB", "MiB", "nan GB"):
+        with pytest.raises(ValueError):
+            dtr.parse_bytes(bad)
+    with pytest.raises(TypeError):
+        dtr.parse_bytes(1.5)
