@@ -210,11 +210,13 @@ class Session:
         if engine is None:
             return
         self._drain()
+        # The figures of the context itself; restoring what escapes it is
+        # done without a budget, as stock PyTorch would hold it.
+        self._closed_stats = self.stats()
         engine.set_budget(None)
         for slot in list(self._slots.values()):
             if not slot.resident and slot.ref is not None and slot.ref() is not None:
                 engine.ensure_resident(slot.handle)
-        self._closed_stats = self.stats()
         for hook in self._grad_hooks:
             hook.remove()
         self._grad_hooks.clear()
@@ -246,7 +248,7 @@ class Session:
 
     # ----- storages --------------------------------------------------------
 
-    def _track(self, tensor: _Tensor) -> Optional[_Slot]:
+    def _track(self, tensor: _Tensor, op: str = "") -> Optional[_Slot]:
         """The tensor's slot, adopting its storage as a constant when new;
         None for tensors outside the budget (other devices, sparse, meta)."""
         device = tensor.device
@@ -262,8 +264,8 @@ class Session:
             slot = self._new_slot(storage)
             slot.constant = True
             slot.readers = None
-            slot.handle = self._engine_call(self._engine.adopt, "adopting a tensor made outside dtr",
-                                            slot.nbytes, slot.buf)
+            slot.handle = self._engine_call(
+                self._engine.adopt, op, "adopting a tensor made outside dtr", slot.nbytes, slot.buf)
             self._slot_of_handle[slot.handle] = slot
             if tensor.requires_grad and tensor.is_leaf:
                 self._grad_hooks.append(tensor.register_post_accumulate_grad_hook(self._pin_grad))
@@ -277,7 +279,7 @@ class Session:
             return
         slot = self._track(grad)
         if slot is not None and not slot.constant:
-            self._detach(slot, "keeping a gradient")
+            self._detach(slot, "", "keeping a gradient")
 
     def _new_slot(self, storage: torch.UntypedStorage) -> _Slot:
         slot = _Slot(storage._cdata, storage.nbytes())
@@ -323,27 +325,28 @@ class Session:
                 if call.live and storage is not None:
                     call.keep.append(storage)
 
-    def _detach(self, slot: _Slot, what: str) -> None:
-        self._engine_call(self._engine.detach, what, slot.handle)
+    def _detach(self, slot: _Slot, op: str, what: str) -> None:
+        self._engine_call(self._engine.detach, op, what, slot.handle)
         self._made_constant(slot)
 
-    def _preserve_dependents(self, slot: _Slot, what: str) -> None:
-        detached = self._engine_call(self._engine.preserve_dependents, what, slot.handle)
+    def _preserve_dependents(self, slot: _Slot, op: str, what: str) -> None:
+        detached = self._engine_call(self._engine.preserve_dependents, op, what, slot.handle)
         for handle in detached:
             dependent = self._slot_of_handle.get(handle)
             if dependent is not None:
                 self._made_constant(dependent)
 
-    def _engine_call(self, method, what: str, *args):
+    def _engine_call(self, method, op: str, what: str, *args):
+        """Calls the engine for ATen op `op`, raising `dtr.OutOfMemory` naming it."""
         try:
             return method(*args)
         except _native.OutOfMemoryError as error:
-            message, context, requested, budget, in_use = error.args
+            message, _, requested, budget, in_use = error.args
             raise OutOfMemory(
-                f"dtr: out of memory while {what}: {message}. Raise the budget "
-                f"(at least {in_use + requested} bytes are needed here) and retry.",
-                op=context, requested_bytes=requested, budget_bytes=budget,
-                in_use_bytes=in_use,
+                f"dtr: {op or 'an op'} ran out of memory while {what}: {message}. "
+                f"Raise the budget (at least {in_use + requested} bytes are needed here) "
+                f"and retry.",
+                op=op, requested_bytes=requested, budget_bytes=budget, in_use_bytes=in_use,
             ) from None
 
     # ----- the engine's host protocol ----------------------------------------
@@ -425,7 +428,7 @@ class Session:
         def scan(value):
             """The argument as a template, tracking its tensors as inputs."""
             if isinstance(value, _Tensor):
-                slot = self._track(value)
+                slot = self._track(value, info.name)
                 if slot is None:
                     return value
                 index = index_of.get(slot.key)
@@ -446,14 +449,14 @@ class Session:
         if info.writes or info.hidden_writes:
             for written in info.written(args, kwargs):
                 for tensor in _flatten(written, []):
-                    slot = self._track(tensor) if isinstance(tensor, _Tensor) else None
+                    slot = self._track(tensor, info.name) if isinstance(tensor, _Tensor) else None
                     if slot is None or slot in versioned or slot in constants_written:
                         continue
                     if slot.constant or not torch.is_grad_enabled():
-                        what = f"preparing the in-place {info.name}"
-                        self._preserve_dependents(slot, what)
+                        what = "preparing its in-place write"
+                        self._preserve_dependents(slot, info.name, what)
                         if not slot.constant:
-                            self._detach(slot, what)
+                            self._detach(slot, info.name, what)
                         constants_written.append(slot)
                     else:
                         versioned.append(slot)
@@ -465,7 +468,7 @@ class Session:
             pinned = []
             try:
                 for slot in inputs:
-                    self._engine_call(engine.pin, f"recomputing the inputs of {info.name}",
+                    self._engine_call(engine.pin, info.name, "recomputing its inputs",
                                       slot.handle)
                     pinned.append(slot.handle)
             except BaseException:
@@ -526,7 +529,7 @@ class Session:
         self._next_call += 1
         try:
             handles = self._engine_call(
-                engine.apply, f"running {info.name}", call_id, info.name,
+                engine.apply, info.name, "making room for its outputs", call_id, info.name,
                 [slot.handle for slot in inputs],
                 [slot.buf for slot in fresh] + new_versions,
                 [slot.nbytes for slot in outputs], cost,
@@ -558,7 +561,7 @@ class Session:
             recomputable = False
         if not recomputable:
             for slot in outputs:
-                self._detach(slot, f"running {info.name}")
+                self._detach(slot, info.name, "keeping its outputs")
         elif self._recording:
             call = _Call(
                 func, template_args, template_kwargs, sources, outputs,

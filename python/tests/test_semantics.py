@@ -1,0 +1,192 @@
+"""Unit behaviour of dtr.torch.budget: views, in-place ops, RNG, multi-output
+ops, host reads, escaping tensors and out-of-memory recovery. Budgets are
+set so that evictions really happen: each test asserts they did."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dtr_torch = pytest.importorskip("dtr.torch")
+import dtr  # noqa: E402
+
+MiB = 2**20
+N = MiB // 4  # floats in 1 MiB
+
+
+def chain(x, length):
+    """`length` 1 MiB tensors, each from the previous; returns them all."""
+    out = [x]
+    for k in range(length):
+        out.append(out[-1] * 1.01 + k)
+    return out
+
+
+def test_evicted_views_come_back_through_their_base():
+    torch.manual_seed(0)
+    x = torch.randn(N)
+    expected = chain(x, 8)
+    expected_view = expected[1].view(512, 512)[3:].t().contiguous()
+    expected_total = sum(v.sum() for v in expected)
+    with dtr_torch.budget(5 * MiB) as session:
+        values = chain(x, 8)  # more than the budget: early ones are evicted
+        assert session.stats()["evictions"] > 0
+        view = values[1].view(512, 512)[3:].t().contiguous()
+        total = sum(v.sum() for v in values)
+        session.check()
+    assert torch.equal(view, expected_view)
+    assert torch.equal(total, expected_total)
+    assert session.stats()["peak_bytes"] <= 5 * MiB
+
+
+def test_in_place_ops_on_fresh_results_recompute_their_final_value():
+    torch.manual_seed(0)
+    x = torch.randn(N, requires_grad=True)
+
+    def program():
+        a = x * 2
+        a.mul_(3).add_(1)
+        a.relu_()
+        b = [a * k for k in range(1, 6)]  # pushes `a` out
+        loss = sum(t.sum() for t in b) + a.sum()
+        loss.backward()
+        return loss.detach(), x.grad.clone()
+
+    loss, grad = program()
+    x.grad = None
+    with dtr_torch.budget(5 * MiB) as session:
+        dtr_loss, dtr_grad = program()
+    assert session.stats()["rematerializations"] > 0
+    assert torch.equal(loss, dtr_loss) and torch.equal(grad, dtr_grad)
+
+
+def test_autograd_version_counters_still_catch_real_misuse():
+    x = torch.randn(16, requires_grad=True)
+    with dtr_torch.budget(1 * MiB):
+        y = x.exp()
+        y.add_(1)  # exp saved its output, now modified
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+def test_dropout_recomputes_the_same_mask_and_leaves_the_generator_alone():
+    def program():
+        torch.manual_seed(7)
+        x = torch.ones(N, requires_grad=True)
+        masks = [torch.nn.functional.dropout(x, 0.5) for _ in range(8)]
+        loss = sum((m * m).sum() for m in masks)
+        loss.backward()
+        return loss.detach(), x.grad.clone(), torch.rand(8)
+
+    expected = program()
+    with dtr_torch.budget(6 * MiB) as session:
+        actual = program()
+    assert session.stats()["rematerializations"] > 0
+    for e, a in zip(expected, actual):
+        assert torch.equal(e, a)
+
+
+def test_multi_output_ops_restore_every_output():
+    torch.manual_seed(0)
+    x = torch.randn(512, 512)
+
+    def program():
+        values, indices = torch.max(x * 2, dim=1)
+        variance, mean = torch.var_mean(x + 1, dim=0)
+        parts = torch.split(x * 3, 128, dim=0)
+        filler = chain(x.flatten(), 6)
+        return [values, indices, variance, mean, *parts, filler[-1]]
+
+    expected = program()
+    with dtr_torch.budget(6 * MiB) as session:
+        actual = program()
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+    assert session.stats()["evictions"] > 0
+
+
+def test_item_mid_step_reads_the_right_value():
+    torch.manual_seed(0)
+    x = torch.randn(N)
+    expected = [t.sum().item() for t in chain(x, 8)]
+    with dtr_torch.budget(4 * MiB) as session:
+        values = chain(x, 8)
+        read = [t.sum().item() for t in values]  # reads evicted ones back
+    assert read == expected
+    assert session.stats()["rematerializations"] > 0
+
+
+def test_tensors_escaping_the_context_stay_valid():
+    torch.manual_seed(0)
+    x = torch.randn(N)
+    expected = chain(x, 8)
+    with dtr_torch.budget(4 * MiB) as session:
+        escaped = chain(x, 8)
+        evicted = [t for t in escaped if t.untyped_storage().nbytes() == 0]
+        assert evicted, "the budget should have evicted some"
+    for e, a in zip(expected, escaped):
+        assert a.untyped_storage().nbytes() == MiB
+        assert torch.equal(e, a)
+        assert a.numpy().sum() == e.numpy().sum()  # host reads outside dispatch
+    assert session.stats()["evictions"] > 0
+
+
+def test_out_of_memory_names_the_op_and_a_retry_succeeds():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(512, 256)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    with pytest.raises(dtr.OutOfMemory) as failure:
+        with dtr_torch.budget(512 * 1024):
+            step()
+    error = failure.value
+    assert isinstance(error, RuntimeError)
+    if hasattr(torch, "OutOfMemoryError"):
+        assert isinstance(error, torch.OutOfMemoryError)
+    assert "aten." in str(error) and error.requested_bytes > 0
+    assert error.op.startswith("aten.") and error.op in str(error)
+    assert error.budget_bytes == 512 * 1024
+    # Nothing was updated, and everything is still usable.
+    for p, b in zip(model.parameters(), before):
+        assert torch.equal(p.detach(), b)
+    optimizer.zero_grad()
+    with dtr_torch.budget(8 * MiB) as session:
+        retried = step()
+    reference = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    for p, b in zip(reference.parameters(), before):
+        p.data.copy_(b)
+    expected = reference(x).square().mean().detach()
+    assert torch.equal(retried, expected)
+    assert session.stats()["peak_bytes"] <= 8 * MiB
+
+
+def test_a_model_keeps_training_across_contexts():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(8)])
+    reference = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(8)])
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(1024, 128)
+
+    def step(m, opt):
+        loss = m(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+
+    opt = torch.optim.Adam(model.parameters())
+    ref_opt = torch.optim.Adam(reference.parameters())
+    expected = [step(reference, ref_opt) for _ in range(3)]
+    losses = []
+    for limit in (None, 5 * MiB, 4 * MiB):
+        with dtr_torch.budget(limit):
+            losses.append(step(model, opt))
+    for e, a in zip(expected, losses):
+        assert torch.equal(e, a)
