@@ -5,8 +5,8 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
-dtr_torch = pytest.importorskip("dtr.torch")
-import dtr  # noqa: E402
+import dtr  # noqa: E402  (built by `pip install ./python`; a missing build fails, not skips)
+import dtr.torch as dtr_torch  # noqa: E402
 
 MiB = 2**20
 

@@ -5,8 +5,8 @@ set so that evictions really happen: each test asserts they did."""
 import pytest
 
 torch = pytest.importorskip("torch")
-dtr_torch = pytest.importorskip("dtr.torch")
-import dtr  # noqa: E402
+import dtr  # noqa: E402  (built by `pip install ./python`; a missing build fails, not skips)
+import dtr.torch as dtr_torch  # noqa: E402
 
 MiB = 2**20
 N = MiB // 4  # floats in 1 MiB
