@@ -424,6 +424,7 @@ class Session:
 
         inputs: List[_Slot] = []
         index_of: Dict[int, int] = {}
+        recording = self._recording
 
         def scan(value):
             """The argument as a template, tracking its tensors as inputs."""
@@ -435,7 +436,7 @@ class Session:
                 if index is None:
                     index = index_of[slot.key] = len(inputs)
                     inputs.append(slot)
-                return _Arg(index, value)
+                return _Arg(index, value) if recording else value
             if isinstance(value, (tuple, list)):
                 return type(value)(scan(item) for item in value)
             return value
