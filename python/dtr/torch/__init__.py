@@ -15,7 +15,7 @@ Losses and gradients are bitwise equal to an unbounded run.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 
