@@ -467,3 +467,24 @@ fn thrashing_is_an_error_that_leaves_state_consistent() {
     assert_eq!(dtr.get_value(y).unwrap(), vec![-2.0]);
     dtr.check_invariants().unwrap();
 }
+
+/// Before a constant changes in place, its live dependents are recomputed
+/// from the old value and detached; history that only they needed goes.
+#[test]
+fn preserving_dependents_materialises_and_detaches_them() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[1.0, 2.0], &[2]).unwrap();
+    let hidden = add_scalar(&mut dtr, x, 1.0);
+    let y = add_scalar(&mut dtr, hidden, 10.0);
+    dtr.del(hidden).unwrap(); // history of y only
+    assert!(dtr.evict_now(y).unwrap());
+    assert!(!dtr.is_resident(y).unwrap());
+    let detached = dtr.preserve_dependents(x).unwrap();
+    assert_eq!(detached, vec![y]);
+    assert!(dtr.is_resident(y).unwrap());
+    assert!(!dtr.evict_now(y).unwrap(), "a detached tensor is a constant");
+    assert_eq!(dtr.get_value(y).unwrap(), vec![12.0, 13.0]);
+    // Nothing reads x any more: a second call finds no dependents.
+    assert!(dtr.preserve_dependents(x).unwrap().is_empty());
+    dtr.check_invariants().unwrap();
+}
