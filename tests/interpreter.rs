@@ -482,7 +482,10 @@ fn preserving_dependents_materialises_and_detaches_them() {
     let detached = dtr.preserve_dependents(x).unwrap();
     assert_eq!(detached, vec![y]);
     assert!(dtr.is_resident(y).unwrap());
-    assert!(!dtr.evict_now(y).unwrap(), "a detached tensor is a constant");
+    assert!(
+        !dtr.evict_now(y).unwrap(),
+        "a detached tensor is a constant"
+    );
     assert_eq!(dtr.get_value(y).unwrap(), vec![12.0, 13.0]);
     // Nothing reads x any more: a second call finds no dependents.
     assert!(dtr.preserve_dependents(x).unwrap().is_empty());

@@ -441,8 +441,7 @@ mod baselines {
         }
         #[cfg(feature = "plot")]
         {
-            let path =
-                std::env::temp_dir().join(format!("dtr-chains-{}.svg", std::process::id()));
+            let path = std::env::temp_dir().join(format!("dtr-chains-{}.svg", std::process::id()));
             dtr::experiments::plot::chains_chart(&rows, &path).unwrap();
             let svg = std::fs::read_to_string(&path).unwrap();
             assert!(svg.contains("revolve") && svg.contains("dtr-eq"));

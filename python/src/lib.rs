@@ -173,9 +173,9 @@ impl Engine {
                 *budget_bytes,
                 *in_use_bytes,
             )),
-            Error::InvalidArgument(_) | Error::UnknownTensor(_) | Error::UnknownHeuristic { .. } => {
-                PyValueError::new_err(error.to_string())
-            }
+            Error::InvalidArgument(_)
+            | Error::UnknownTensor(_)
+            | Error::UnknownHeuristic { .. } => PyValueError::new_err(error.to_string()),
             _ => PyRuntimeError::new_err(error.to_string()),
         }
     }
@@ -190,7 +190,12 @@ impl Engine {
     /// `host` has `execute(call, buffers) -> list` and `release(buffer)`.
     #[new]
     #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0))]
-    fn new(host: Py<PyAny>, budget_bytes: Option<u64>, heuristic: &str, seed: u64) -> PyResult<Self> {
+    fn new(
+        host: Py<PyAny>,
+        budget_bytes: Option<u64>,
+        heuristic: &str,
+        seed: u64,
+    ) -> PyResult<Self> {
         let mut config = Config::default().with_heuristic(heuristic).with_seed(seed);
         config.budget_bytes = budget_bytes;
         let backend = TorchBackend {

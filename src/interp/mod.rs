@@ -573,7 +573,10 @@ impl<B: Backend> Interpreter<B> {
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
         let OpNode {
-            op, inputs, outputs, ..
+            op,
+            inputs,
+            outputs,
+            ..
         } = self.graph.nodes.remove(node).expect("node exists");
         self.backend.forget(&op);
         for tensor in outputs.into_iter().flatten() {
