@@ -13,6 +13,7 @@ use dtr::{Config, Interpreter, Op, SimulatorBackend};
 fn kib_op(cost: u64) -> Op {
     Op::Recorded(RecordedOp {
         call: 0,
+        module: None,
         name: "make".into(),
         cost,
         outputs: [RecordedOutput {

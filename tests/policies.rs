@@ -24,6 +24,7 @@ fn op(dtr: &mut Sim, inputs: &[TensorId], cost: u64, bytes: Option<u64>) -> Opti
         .collect();
     let recorded = Op::Recorded(RecordedOp {
         call: 0,
+        module: None,
         name: "op".into(),
         cost,
         outputs,

@@ -164,6 +164,35 @@ fn other_dtypes_replay_on_the_simulator_from_their_sizes() {
     );
 }
 
+/// Version 3: the module an op ran in travels from a trace through a replay
+/// and its recording; recorded ops carry no made-up shapes.
+#[test]
+fn module_names_survive_replay_and_recording() {
+    let text = r#"{"format":"dtr-trace","version":3}
+{"event":"put","id":0,"bytes":64}
+{"event":"apply","op":"aten.relu.default","inputs":[0],"outputs":[{"id":1,"bytes":64}],"cost":10,"module":"Net.block.0"}
+{"event":"apply","op":"aten.sum.default","inputs":[1],"outputs":[{"id":2,"bytes":4}],"cost":5}
+"#;
+    let trace = native::parse("modules.jsonl", text).unwrap();
+    let buffer = SharedBuffer::default();
+    let mut sim = Interpreter::new(SimulatorBackend::new(), Config::default()).unwrap();
+    sim.set_observer(Box::new(TraceRecorder::new(buffer.clone()).unwrap()));
+    replay(&trace, &mut sim, Kernels::Recorded).unwrap();
+    sim.finish_observer().unwrap();
+    let written = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines[0], r#"{"format":"dtr-trace","version":3}"#);
+    assert!(
+        lines[2].contains(r#""module":"Net.block.0""#),
+        "{}",
+        lines[2]
+    );
+    assert!(!lines[3].contains("module"), "{}", lines[3]);
+    assert!(!lines[2].contains("dims"), "{}", lines[2]);
+    let again = native::parse("again.jsonl", &written).unwrap();
+    assert_eq!(again.events, trace.events);
+}
+
 #[test]
 fn native_errors_name_file_and_line() {
     let put = r#"{"event":"put","id":1,"bytes":4}"#;
@@ -319,7 +348,7 @@ fn the_shipped_traces_replay_under_budget_with_unbounded_values() {
     }
 }
 
-/// The torchvision traces recorded from PyTorch (python/dtr_record) replay
+/// The torchvision traces recorded from PyTorch (dtr.torch.record) replay
 /// unchanged on the simulator: ResNet-50 under half its peak, each with
 /// memory never over the budget, and with the baseline a run without budget
 /// reaches.

@@ -7,7 +7,7 @@
 //! to re-run a recorded ATen call.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use slotmap::{Key, KeyData};
@@ -17,6 +17,7 @@ use dtr::backend::{Backend, BufferView};
 use dtr::memory::Block;
 use dtr::ops::{Op, RecordedOp, RecordedOutput, Signature};
 use dtr::shape::Layout;
+use dtr::trace::recorder::TraceRecorder;
 use dtr::{Config, Error, Interpreter, TensorId};
 
 create_exception!(
@@ -224,7 +225,9 @@ impl Engine {
     /// resident `inputs` and made `outputs` of `nbytes` each, costing
     /// `cost`: makes room for the outputs by evicting, and returns their
     /// handles.
+    /// `module` names the part of the model that ran it, for recorded traces.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (call, name, inputs, outputs, nbytes, cost, module=None))]
     fn apply(
         &mut self,
         call: u64,
@@ -233,6 +236,7 @@ impl Engine {
         outputs: Vec<Py<PyAny>>,
         nbytes: Vec<u64>,
         cost: u64,
+        module: Option<String>,
     ) -> PyResult<Vec<u64>> {
         if outputs.len() != nbytes.len() {
             return Err(PyValueError::new_err(format!(
@@ -252,6 +256,7 @@ impl Engine {
                 })
                 .collect(),
             call,
+            module,
         });
         let inputs: SmallVec<[TensorId; 4]> = inputs.into_iter().map(tensor_id).collect();
         self.interp.backend_mut().ran = Some((call, outputs));
@@ -310,6 +315,28 @@ impl Engine {
         let result = self.interp.preserve_dependents(tensor_id(tensor));
         self.check(result)
             .map(|detached| detached.into_iter().map(handle).collect())
+    }
+
+    /// Starts writing every instruction the engine is given to the dtr trace
+    /// at `path` (replayable with `dtr replay`).
+    fn record(&mut self, path: std::path::PathBuf) -> PyResult<()> {
+        let file = std::fs::File::create(&path).map_err(|error| {
+            PyOSError::new_err(format!(
+                "cannot write a trace to {}: {error}",
+                path.display()
+            ))
+        })?;
+        let recorder = TraceRecorder::new(std::io::BufWriter::new(file))
+            .map_err(|error| PyOSError::new_err(format!("{}: {error}", path.display())))?;
+        self.interp.set_observer(Box::new(recorder));
+        Ok(())
+    }
+
+    /// Stops recording: flushes the trace and reports any write error.
+    fn finish_record(&mut self) -> PyResult<()> {
+        self.interp
+            .finish_observer()
+            .map_err(|error| PyOSError::new_err(format!("writing the trace failed: {error}")))
     }
 
     /// Changes the budget (`None`: unbounded).

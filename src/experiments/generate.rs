@@ -49,6 +49,7 @@ impl Builder {
             inputs.into(),
             &[(bytes, None, None)],
             cost,
+            None,
             &label,
         )?;
         Ok(made[0])

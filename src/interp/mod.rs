@@ -341,11 +341,13 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// Brings `tensor`'s value back into memory if it was evicted, without
-    /// reading it (a foreign framework is about to read the buffer itself).
+    /// reading it (a foreign framework is about to read the buffer itself):
+    /// a [`Interpreter::get_value`] whose read is the caller's, observed as one.
     pub fn ensure_resident(&mut self, tensor: TensorId) -> Result<()> {
         self.ensure_defined(tensor)?;
         let storage = self.graph.tensors[tensor].storage;
         self.graph.storages[storage].last_access = self.graph.clock;
+        self.observe(TensorInstruction::Get, tensor);
         Ok(())
     }
 

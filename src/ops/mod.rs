@@ -246,6 +246,10 @@ pub struct RecordedOp {
     /// rematerialise the outputs. 0 in traces, which only the simulator runs.
     #[serde(default)]
     pub call: u64,
+    /// The module of the model that ran it (`GPT2LMHeadModel.transformer.h.0.attn`),
+    /// when the recorder knew it: for people reading traces and timelines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
 }
 
 /// One output of a [`RecordedOp`].

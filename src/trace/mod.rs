@@ -53,6 +53,9 @@ pub enum TraceEvent {
         inputs: SmallVec<[TraceTensor; 4]>,
         outputs: SmallVec<[TraceOutput; 2]>,
         cost: u64,
+        /// The model module that ran it, when the recorder knew (PyTorch's
+        /// module path, such as `ResNet.layer1.0.conv1`).
+        module: Option<String>,
     },
     /// One more reference to a tensor.
     Retain {
@@ -262,6 +265,7 @@ impl TraceBuilder {
         inputs: SmallVec<[TraceTensor; 4]>,
         outputs: &[(u64, Option<usize>, Option<Dims>)],
         cost: u64,
+        module: Option<String>,
         labels: &dyn Fn(usize) -> String,
     ) -> Result<SmallVec<[TraceTensor; 2]>> {
         for (i, &input) in inputs.iter().enumerate() {
@@ -300,6 +304,7 @@ impl TraceBuilder {
                 inputs,
                 outputs: specs,
                 cost,
+                module,
             },
         );
         Ok(made)

@@ -13,8 +13,9 @@ use crate::ops::Op;
 /// The format's name in the header line.
 pub const FORMAT: &str = "dtr-trace";
 /// The newest version this build reads and the one it writes. Version 2
-/// adds dtypes other than f32 (traces recorded from PyTorch).
-pub const VERSION: u32 = 2;
+/// adds dtypes other than f32 (traces recorded from PyTorch); version 3 the
+/// `module` of an `apply`.
+pub const VERSION: u32 = 3;
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +63,8 @@ enum Line {
         inputs: Vec<u64>,
         outputs: Vec<Output>,
         cost: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        module: Option<String>,
     },
     Retain {
         id: u64,
@@ -157,6 +160,7 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                 inputs,
                 outputs,
                 cost,
+                module,
             } => {
                 let resolved = inputs
                     .iter()
@@ -189,8 +193,16 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                     return Err(fail(line, "an output id is repeated".into()));
                 }
                 let label = |i: usize| format!("input id {} of `{op}`", inputs[i]);
-                let made =
-                    builder.apply(line, op.clone(), kernel, resolved, &specs, cost, &label)?;
+                let made = builder.apply(
+                    line,
+                    op.clone(),
+                    kernel,
+                    resolved,
+                    &specs,
+                    cost,
+                    module,
+                    &label,
+                )?;
                 for (output, tensor) in outputs.iter().zip(made) {
                     ids.insert(output.id, tensor);
                 }
@@ -289,6 +301,7 @@ impl<W: Write> TraceWriter<W> {
                 inputs,
                 outputs,
                 cost,
+                module,
             } => Line::Apply {
                 op: op.clone(),
                 kernel: kernel.clone(),
@@ -304,6 +317,7 @@ impl<W: Write> TraceWriter<W> {
                     })
                     .collect(),
                 cost: *cost,
+                module: module.clone(),
             },
             TraceEvent::Retain { tensor } => Line::Retain { id: *tensor as u64 },
             TraceEvent::Del { tensor } => Line::Del { id: *tensor as u64 },

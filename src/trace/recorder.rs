@@ -61,6 +61,8 @@ impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
     }
 
     fn apply(&mut self, op: &Op, inputs: &[TensorId], outputs: &[TensorId], signature: &Signature) {
+        // A recorded op's layouts only describe bytes: its shapes are unknown.
+        let shaped = !matches!(op, Op::Recorded(_));
         let inputs = inputs
             .iter()
             .map(|&t| self.ids.get(t).copied().unwrap_or(TraceTensor::MAX))
@@ -72,16 +74,20 @@ impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
                 tensor: self.name(t),
                 bytes: spec.bytes,
                 alias_of: spec.alias_of,
-                dims: Some(spec.layout.dims.clone()),
+                dims: shaped.then(|| spec.layout.dims.clone()),
             })
             .collect();
-        let kernel = (!matches!(op, Op::Recorded(_))).then(|| op.clone());
+        let (kernel, module) = match op {
+            Op::Recorded(recorded) => (None, recorded.module.clone()),
+            kernel => (Some(kernel.clone()), None),
+        };
         self.emit(TraceEvent::Apply {
             op: op.name().to_string(),
             kernel,
             inputs,
             outputs,
             cost: signature.cost,
+            module,
         });
     }
 

@@ -140,6 +140,7 @@ fn step<B: Backend>(
             inputs,
             outputs,
             cost,
+            module,
         } => {
             let op = match kernels {
                 Kernels::Execute => kernel.clone().ok_or_else(|| {
@@ -150,6 +151,7 @@ fn step<B: Backend>(
                 })?,
                 Kernels::Recorded => Op::Recorded(RecordedOp {
                     call: 0,
+                    module: module.clone(),
                     name: op.clone(),
                     cost: *cost,
                     outputs: outputs

@@ -252,9 +252,9 @@ impl Importer<'_> {
             outputs.push((if alias_of.is_some() { 0 } else { bytes }, alias_of, None));
         }
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
-        let made = self
-            .builder
-            .apply(line, op.clone(), None, inputs, &outputs, cost, &label)?;
+        let made =
+            self.builder
+                .apply(line, op.clone(), None, inputs, &outputs, cost, None, &label)?;
         for (name, tensor) in results.into_iter().zip(made) {
             self.bind_new(line, name, tensor)?;
         }
@@ -297,6 +297,7 @@ impl Importer<'_> {
             inputs.clone(),
             &outputs,
             cost,
+            None,
             &label,
         )?;
         for (&k, tensor) in mutated.iter().zip(made) {

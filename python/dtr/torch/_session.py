@@ -33,13 +33,18 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import OutOfMemory, _native
 from ._ops import op_info
+
+try:  # torch >= 2.4
+    from torch.utils.module_tracker import ModuleTracker
+except ImportError:  # pragma: no cover - depends on the installed torch
+    ModuleTracker = None
 
 _Tensor = torch.Tensor
 _STRIDED = torch.strided
@@ -174,7 +179,8 @@ class Session:
     """
 
     def __init__(self, budget_bytes: Optional[int], heuristic: str,
-                 device: Optional[torch.device]) -> None:
+                 device: Optional[torch.device], trace_path: Optional[str] = None,
+                 keep: Sequence[_Tensor] = ()) -> None:
         self.budget_bytes = budget_bytes
         self.heuristic = heuristic
         self.device = device
@@ -191,17 +197,31 @@ class Session:
         # Unbounded sessions never evict, so they never re-run a call.
         self._recording = budget_bytes is not None
         self._mode = _Mode(self)
+        # Writing a trace: where, what exists from its start, and which
+        # module each op runs in.
+        self._trace_path = trace_path
+        self._keep = keep
+        self._modules: Optional[ModuleTracker] = None
 
     # ----- the context -----------------------------------------------------
 
     def __enter__(self) -> "Session":
         if self._engine is None:
-            raise RuntimeError("a dtr budget session cannot be entered twice")
+            raise RuntimeError("a dtr session cannot be entered twice")
+        if self._trace_path is not None:
+            self._engine.record(self._trace_path)
+            for tensor in self._keep:
+                self._track(tensor)
+            if ModuleTracker is not None:
+                self._modules = ModuleTracker().__enter__()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
+        if self._modules is not None:
+            self._modules.__exit__(*exc)
+            self._modules = None
         self._close()
 
     def _close(self) -> None:
@@ -210,6 +230,12 @@ class Session:
         if engine is None:
             return
         self._drain()
+        trace_error: Optional[OSError] = None
+        if self._trace_path is not None:
+            try:
+                engine.finish_record()
+            except OSError as error:  # raised once the session is closed
+                trace_error = error
         # The figures of the context itself; restoring what escapes it is
         # done without a budget, as stock PyTorch would hold it.
         self._closed_stats = self.stats()
@@ -226,6 +252,8 @@ class Session:
             call.keep.clear()
         self._calls.clear()
         self._engine = None
+        if trace_error is not None:
+            raise trace_error
 
     def stats(self) -> dict:
         """The session's figures: ``peak_bytes``, ``budget_bytes``, ``evictions``,
@@ -335,6 +363,15 @@ class Session:
             dependent = self._slot_of_handle.get(handle)
             if dependent is not None:
                 self._made_constant(dependent)
+
+    def _module(self) -> Optional[str]:
+        """The innermost module running now (its path), when recording a trace."""
+        if self._modules is None:
+            return None
+        parents = self._modules.parents
+        if len(parents) <= 1:
+            return None  # only "Global"
+        return max(parents, key=lambda name: (name.count("."), name))
 
     def _engine_call(self, method, op: str, what: str, *args):
         """Calls the engine for ATen op `op`, raising `dtr.OutOfMemory` naming it."""
@@ -514,13 +551,21 @@ class Session:
             if not isinstance(value, _Tensor) or value.layout is not _STRIDED:
                 continue
             if value.device != self.device:
-                continue
+                if self.device is not None or value.device.type == "meta":
+                    continue
+                self.device = value.device  # a factory op is the first to run
             storage = value.untyped_storage()
             if storage._cdata in self._slots or storage.nbytes() == 0:
                 continue  # a view of an input, an in-place result, or empty
             fresh.append(self._new_slot(storage))
             sources.append(position)
         if not fresh and not versioned:
+            if self._trace_path is not None and (constants_written or not any(
+                    isinstance(value, _Tensor) for value in _flatten(result, []))):
+                # The op read its inputs' values (to the host, or into a
+                # constant): a trace marks such reads.
+                for slot in inputs:
+                    engine.ensure_resident(slot.handle)
             return result
 
         new_versions = [_Buf(slot) for slot in versioned]
@@ -533,7 +578,7 @@ class Session:
                 engine.apply, info.name, "making room for its outputs", call_id, info.name,
                 [slot.handle for slot in inputs],
                 [slot.buf for slot in fresh] + new_versions,
-                [slot.nbytes for slot in outputs], cost,
+                [slot.nbytes for slot in outputs], cost, self._module(),
             )
         except BaseException:
             for slot in fresh:  # never tracked: the caller gets no result
