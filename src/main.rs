@@ -79,8 +79,8 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Draw memory in use over the trace's clock, with the budget,
-        /// evictions, rematerialisations and (arena) fragmentation, as SVG;
-        /// a path ending in `.csv` gets the samples instead.
+        /// evictions, rematerialisations and (arena) fragmentation: a path
+        /// ending in `.svg` gets a chart, one ending in `.csv` the samples.
         #[arg(long)]
         timeline: Option<PathBuf>,
     },
@@ -297,7 +297,31 @@ fn run_replay(
     Ok((base, budget, report, interpreter.memory().arena))
 }
 
-/// Writes a replay's timeline: CSV samples for a `.csv` path, else an SVG chart.
+/// Whether a timeline at `path` is CSV (else SVG); checked before the
+/// replay: another extension, or the input trace itself, is refused.
+fn timeline_is_csv(path: &std::path::Path, trace: &std::path::Path) -> dtr::Result<bool> {
+    let same = |a: &std::path::Path, b: &std::path::Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if same(path, trace) {
+        return Err(dtr::Error::file(
+            path,
+            "--timeline names the input trace; it would be overwritten",
+        ));
+    }
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match extension.as_deref() {
+        Some("csv") => Ok(true),
+        Some("svg") => Ok(false),
+        _ => Err(dtr::Error::file(
+            path,
+            "--timeline must end in .svg (a chart) or .csv (the samples)",
+        )),
+    }
+}
+
+/// Writes a replay's timeline: CSV samples or an SVG chart.
 fn write_timeline(
     path: &std::path::Path,
     timeline: &Timeline,
@@ -306,10 +330,7 @@ fn write_timeline(
     budget: u64,
     baseline_peak: u64,
 ) -> dtr::Result<()> {
-    if path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-    {
+    if timeline_is_csv(path, trace)? {
         std::fs::write(path, timeline.to_csv()).map_err(|e| dtr::Error::file(path, e))
     } else {
         let title = format!(
@@ -326,13 +347,16 @@ fn jobs_or_cores(jobs: Option<usize>) -> usize {
     jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// Progress on stderr, one update per percent so logs of long runs stay short.
+/// Progress on stderr, one update per percent, and only on a terminal:
+/// logs and pipes get no carriage-return noise.
 fn progress(what: &'static str) -> impl Fn(usize, usize) + Sync {
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     move |done, total| {
         let percent = |n: usize| 100 * n / total.max(1);
-        if done == total || percent(done) != percent(done.saturating_sub(1)) {
-            eprint!("\r{what}: {done}/{total} runs ({}%)", percent(done));
+        if !terminal || !(done == total || percent(done) != percent(done.saturating_sub(1))) {
+            return;
         }
+        eprint!("\r{what}: {done}/{total} runs ({}%)", percent(done));
         if done == total {
             eprintln!();
         }
@@ -383,12 +407,12 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 },
                 seed,
             };
+            if let Some(path) = &timeline {
+                timeline_is_csv(path, &trace)?;
+            }
             let mut samples = timeline.as_ref().map(|_| Timeline::new());
             let (base, budget, report, arena) =
                 run_replay(&trace, format, &args, samples.as_mut())?;
-            if let (Some(path), Some(samples)) = (&timeline, &samples) {
-                write_timeline(path, samples, &trace, &heuristic, budget, base.peak_bytes)?;
-            }
             let overhead = report.stats.compute as f64 / base.compute.max(1) as f64;
             if json {
                 let object = json!({
@@ -442,6 +466,10 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 if let Some(message) = &report.message {
                     println!("  stopped         {message}");
                 }
+            }
+            // After the result is printed: a failed write loses only itself.
+            if let (Some(path), Some(samples)) = (&timeline, &samples) {
+                write_timeline(path, samples, &trace, &heuristic, budget, base.peak_bytes)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -536,6 +564,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 .map(dtr::experiments::Shard::parse)
                 .transpose()?;
             let jobs = jobs_or_cores(jobs);
+            dtr::experiments::prepare_out(&out)?;
             let rows = spec.run(shard, jobs, &progress("sweep"))?;
             dtr::experiments::write_results(&out, &rows)?;
             dtr::experiments::plot::plot_all(&rows, &out)?;
@@ -596,12 +625,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plot { results, out } => {
-            let dir = if results.is_dir() {
-                results.clone()
-            } else {
-                results.parent().map(PathBuf::from).unwrap_or_default()
-            };
-            let rows = dtr::experiments::merge(&[dir])?;
+            let rows = dtr::experiments::read_results(&results)?;
             for path in dtr::experiments::plot::plot_all(&rows, &out)? {
                 println!("{}", path.display());
             }

@@ -195,3 +195,92 @@ fn chains_writes_its_table_and_chart() {
     assert!(!ok && stderr.contains("--lengths"));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// No output destroys data: a timeline never overwrites the input trace or
+/// guesses a format, and the replay's result is printed even when the
+/// timeline cannot be written.
+#[test]
+fn replay_timelines_are_checked_before_running_and_never_lose_the_result() {
+    let dir = std::env::temp_dir().join(format!("dtr-cli-safe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.jsonl");
+    std::fs::copy("traces/mlp-small.jsonl", &trace).unwrap();
+    let original = std::fs::read(&trace).unwrap();
+    let replay = |timeline: &str| {
+        dtr(&[
+            "replay",
+            trace.to_str().unwrap(),
+            "--ratio",
+            "0.6",
+            "--timeline",
+            timeline,
+        ])
+    };
+    let (ok, stdout, stderr) = replay(trace.to_str().unwrap());
+    assert!(
+        !ok && stderr.contains("input trace") && stdout.is_empty(),
+        "{stderr}"
+    );
+    let (ok, stdout, stderr) = replay(dir.join("t.png").to_str().unwrap());
+    assert!(
+        !ok && stderr.contains(".svg") && stdout.is_empty(),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        original,
+        "the trace is intact"
+    );
+    let unwritable = dir.join("missing").join("t.svg");
+    let (ok, stdout, stderr) = replay(unwritable.to_str().unwrap());
+    assert!(!ok && stderr.contains("missing"), "{stderr}");
+    assert!(stdout.contains("peak"), "the result is printed: {stdout}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A sweep whose `--out` cannot be a directory fails before running; `plot`
+/// reads the results file it is given.
+#[test]
+fn sweep_checks_out_first_and_plot_reads_the_file_named() {
+    let dir = std::env::temp_dir().join(format!("dtr-cli-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, "keep me").unwrap();
+    let (ok, _, stderr) = dtr(&[
+        "sweep",
+        "traces/mlp-small.jsonl",
+        "--ratios",
+        "1,0.5",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("not a directory"), "{stderr}");
+    assert!(!stderr.contains("sweep:"), "no run started: {stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+
+    let out = dir.join("sweep");
+    let (ok, _, stderr) = dtr(&[
+        "sweep",
+        "traces/mlp-small.jsonl",
+        "--ratios",
+        "1,0.5",
+        "--heuristics",
+        "dtr-eq",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let renamed = dir.join("renamed.json");
+    std::fs::copy(out.join("results.json"), &renamed).unwrap();
+    std::fs::write(out.join("results.json"), "not json").unwrap();
+    let plots = dir.join("plots");
+    let (ok, stdout, stderr) = dtr(&[
+        "plot",
+        renamed.to_str().unwrap(),
+        "--out",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(ok, "plot read {}: {stderr}", renamed.display());
+    assert!(stdout.contains(".svg"), "{stdout}");
+    std::fs::remove_dir_all(dir).ok();
+}

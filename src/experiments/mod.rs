@@ -323,13 +323,29 @@ pub fn to_csv(rows: &[Row]) -> String {
 
 /// Writes `results.csv` and `results.json` into `dir` (created if needed).
 pub fn write_results(dir: &Path, rows: &[Row]) -> Result<()> {
-    let io = |e| Error::file(dir, e);
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join("results.csv"), to_csv(rows)).map_err(io)?;
+    prepare_out(dir)?;
     let json =
         serde_json::to_string_pretty(rows).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    std::fs::write(dir.join("results.json"), json + "\n").map_err(io)?;
+    // Both files or neither: each is written aside and renamed into place.
+    let files = [("results.json", json + "\n"), ("results.csv", to_csv(rows))];
+    for (name, text) in &files {
+        let aside = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&aside, text).map_err(|e| Error::file(&aside, e))?;
+    }
+    for (name, _) in &files {
+        let (aside, path) = (dir.join(format!(".{name}.tmp")), dir.join(name));
+        std::fs::rename(&aside, &path).map_err(|e| Error::file(&path, e))?;
+    }
     Ok(())
+}
+
+/// Makes the output directory of a sweep, before any run: a path that is a
+/// file, or cannot be made, is an error now rather than after the grid.
+pub fn prepare_out(dir: &Path) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::file(dir, "exists and is not a directory"));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, e))
 }
 
 /// Reads the rows of shard directories and joins them in grid order;
@@ -337,10 +353,7 @@ pub fn write_results(dir: &Path, rows: &[Row]) -> Result<()> {
 pub fn merge(dirs: &[PathBuf]) -> Result<Vec<Row>> {
     let mut rows: Vec<Row> = Vec::new();
     for dir in dirs {
-        let path = dir.join("results.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::file(&path, e))?;
-        let shard: Vec<Row> = serde_json::from_str(&text).map_err(|e| Error::file(&path, e))?;
-        rows.extend(shard);
+        rows.extend(read_results(dir)?);
     }
     rows.sort_by_key(|r| r.index);
     if let Some(pair) = rows.windows(2).find(|w| w[0].index == w[1].index) {
@@ -350,6 +363,18 @@ pub fn merge(dirs: &[PathBuf]) -> Result<Vec<Row>> {
         )));
     }
     Ok(rows)
+}
+
+/// The rows of a sweep: `path` is its `results.json` (or another file in
+/// that format), or the directory holding one.
+pub fn read_results(path: &Path) -> Result<Vec<Row>> {
+    let path = if path.is_dir() {
+        path.join("results.json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::file(&path, e))?;
+    serde_json::from_str(&text).map_err(|e| Error::file(&path, e))
 }
 
 /// Per trace and policy (heuristic, memory, sampling, seed), the smallest
