@@ -114,6 +114,25 @@ def test_item_mid_step_reads_the_right_value():
     assert session.stats()["rematerializations"] > 0
 
 
+def test_host_reads_without_an_op_see_evicted_values_and_keep_handed_out_memory():
+    import numpy as np
+
+    torch.manual_seed(0)
+    x = torch.randn(N)
+    expected = chain(x, 8)
+    with dtr_torch.budget(6 * MiB) as session:
+        values = chain(x, 8)
+        assert values[1].untyped_storage().nbytes() == 0, "evicted"
+        assert values[1].tolist() == expected[1].tolist()  # no ATen op reads it
+        arrays = [values[2].numpy(), np.asarray(values[3])]
+        more = chain(values[-1], 8)  # pressure: would evict 2 and 3 again
+        assert session.stats()["peak_bytes"] <= 6 * MiB
+        assert values[2].untyped_storage().nbytes() == MiB, "memory held by NumPy stays"
+        assert np.array_equal(arrays[0], expected[2].numpy())
+        assert np.array_equal(arrays[1], expected[3].numpy())
+        del more
+
+
 def test_tensors_escaping_the_context_stay_valid():
     torch.manual_seed(0)
     x = torch.randn(N)

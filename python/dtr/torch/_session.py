@@ -31,15 +31,17 @@ queued and handed to the engine at the next op, never re-entering it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from .. import OutOfMemory, _native
-from ._ops import op_info
+from ._ops import _INFO, op_info
 
 try:  # torch >= 2.4
     from torch.utils.module_tracker import ModuleTracker
@@ -48,7 +50,9 @@ except ImportError:  # pragma: no cover - depends on the installed torch
 
 _Tensor = torch.Tensor
 _STRIDED = torch.strided
+_SEQUENCES = (list, tuple)
 _perf_ns = time.perf_counter_ns
+_grad_enabled = torch.is_grad_enabled
 
 
 class _Slot:
@@ -160,13 +164,41 @@ def _generator(args: tuple, kwargs: dict) -> torch.Generator:
     return torch.default_generator
 
 
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+
+
 class _Mode(TorchDispatchMode):
     def __init__(self, session: "Session") -> None:
         super().__init__()
         self.session = session
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self.session._dispatch(func, args, kwargs or {})
+        # The session's own tensor calls skip _HostAccess (backward runs
+        # ops with it active).
+        with _NO_TORCH_FUNCTION():
+            return self.session._dispatch(func, args, kwargs or {})
+
+
+# Tensor methods that read or hand out a storage's memory without an ATen
+# op, so the dispatch mode never sees them.
+_READS = {_Tensor.tolist}
+_EXPOSES = {_Tensor.numpy, _Tensor.__array__, _Tensor.__dlpack__, _Tensor.data_ptr}
+
+
+class _HostAccess(TorchFunctionMode):
+    """Makes evicted storages resident before the host reads them, and pins
+    for good the ones whose memory it takes (a NumPy array, a pointer):
+    eviction would free memory the host still uses."""
+
+    def __init__(self, session: "Session") -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _READS or func in _EXPOSES:
+            if args and isinstance(args[0], _Tensor):
+                self.session._host_access(args[0], keep=func in _EXPOSES)
+        return func(*args, **(kwargs or {}))
 
 
 class Session:
@@ -197,6 +229,7 @@ class Session:
         # Unbounded sessions never evict, so they never re-run a call.
         self._recording = budget_bytes is not None
         self._mode = _Mode(self)
+        self._host_access_mode = _HostAccess(self)
         # Writing a trace: where, what exists from its start, and which
         # module each op runs in.
         self._trace_path = trace_path
@@ -214,11 +247,13 @@ class Session:
                 self._track(tensor)
             if ModuleTracker is not None:
                 self._modules = ModuleTracker().__enter__()
+        self._host_access_mode.__enter__()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
+        self._host_access_mode.__exit__(*exc)
         if self._modules is not None:
             self._modules.__exit__(*exc)
             self._modules = None
@@ -307,7 +342,8 @@ class Session:
             return
         slot = self._track(grad)
         if slot is not None and not slot.constant:
-            self._detach(slot, "", "keeping a gradient")
+            with self._outside_dispatch(slot):
+                self._detach(slot, "", "keeping a gradient")
 
     def _new_slot(self, storage: torch.UntypedStorage) -> _Slot:
         slot = _Slot(storage._cdata, storage.nbytes())
@@ -364,6 +400,27 @@ class Session:
             if dependent is not None:
                 self._made_constant(dependent)
 
+    def _host_access(self, tensor: _Tensor, keep: bool) -> None:
+        """The host reads `tensor`'s memory (`keep`: and holds on to it)."""
+        if self._engine is None:
+            return
+        self._drain()
+        slot = self._track(tensor)
+        if slot is None:
+            return
+        with self._outside_dispatch(slot):
+            if keep and not slot.constant:
+                self._detach(slot, "", "handing a tensor's memory to the host")
+            elif not slot.resident:
+                self._engine_call(self._engine.ensure_resident, "",
+                                  "reading a tensor on the host", slot.handle)
+
+    @staticmethod
+    def _outside_dispatch(slot: _Slot):
+        """Hooks and host reads run with the dispatch mode on, and
+        rematerialising `slot` re-runs ops: they must not come back to it."""
+        return contextlib.nullcontext() if slot.resident else _disable_current_modes()
+
     def _module(self) -> Optional[str]:
         """The innermost module running now (its path), when recording a trace."""
         if self._modules is None:
@@ -378,13 +435,17 @@ class Session:
         try:
             return method(*args)
         except _native.OutOfMemoryError as error:
-            message, _, requested, budget, in_use = error.args
-            raise OutOfMemory(
-                f"dtr: {op or 'an op'} ran out of memory while {what}: {message}. "
-                f"Raise the budget (at least {in_use + requested} bytes are needed here) "
-                f"and retry.",
-                op=op, requested_bytes=requested, budget_bytes=budget, in_use_bytes=in_use,
-            ) from None
+            raise self._out_of_memory(error, op, what) from None
+
+    @staticmethod
+    def _out_of_memory(error: Exception, op: str, what: str) -> OutOfMemory:
+        message, _, requested, budget, in_use = error.args
+        return OutOfMemory(
+            f"dtr: {op or 'an op'} ran out of memory while {what}: {message}. "
+            f"Raise the budget (at least {in_use + requested} bytes are needed here) "
+            f"and retry.",
+            op=op, requested_bytes=requested, budget_bytes=budget, in_use_bytes=in_use,
+        )
 
     # ----- the engine's host protocol ----------------------------------------
 
@@ -453,33 +514,44 @@ class Session:
 
     # ----- one op ----------------------------------------------------------
 
+    def _input(self, tensor: _Tensor, inputs: List[_Slot], index_of: Dict[int, int],
+               op: str) -> Any:
+        """Tracks a tensor argument as an input; its template when recording."""
+        slot = self._track(tensor, op)
+        if slot is None:
+            return tensor
+        index = index_of.get(slot.key)
+        if index is None:
+            index = index_of[slot.key] = len(inputs)
+            inputs.append(slot)
+        return _Arg(index, tensor) if self._recording else tensor
+
+    def _inputs(self, values, inputs: List[_Slot], index_of: Dict[int, int], op: str) -> list:
+        """Tracks the tensors among `values` (and in lists among them, as
+        ATen takes them) as inputs; returns the values as templates."""
+        templates = []
+        for value in values:
+            if isinstance(value, _Tensor):
+                value = self._input(value, inputs, index_of, op)
+            elif type(value) in _SEQUENCES:
+                value = type(value)(
+                    self._input(item, inputs, index_of, op) if isinstance(item, _Tensor) else item
+                    for item in value)
+            templates.append(value)
+        return templates
+
     def _dispatch(self, func, args: tuple, kwargs: dict):
         engine = self._engine
         self._drain()
         self._ops += 1
-        info = op_info(func)
+        info = _INFO.get(func) or op_info(func)
 
         inputs: List[_Slot] = []
         index_of: Dict[int, int] = {}
-        recording = self._recording
-
-        def scan(value):
-            """The argument as a template, tracking its tensors as inputs."""
-            if isinstance(value, _Tensor):
-                slot = self._track(value, info.name)
-                if slot is None:
-                    return value
-                index = index_of.get(slot.key)
-                if index is None:
-                    index = index_of[slot.key] = len(inputs)
-                    inputs.append(slot)
-                return _Arg(index, value) if recording else value
-            if isinstance(value, (tuple, list)):
-                return type(value)(scan(item) for item in value)
-            return value
-
-        template_args = scan(args)
-        template_kwargs = {name: scan(value) for name, value in kwargs.items()}
+        template_args = self._inputs(args, inputs, index_of, info.name)
+        template_kwargs = (dict(zip(kwargs, self._inputs(kwargs.values(), inputs, index_of,
+                                                         info.name)))
+                           if kwargs else kwargs)
 
         # Writes, decided before running: making a constant may recompute.
         versioned: List[_Slot] = []
@@ -502,7 +574,7 @@ class Session:
         pinned: Optional[List[int]] = None
         # Every op needs its inputs resident, views too: they check the
         # storage's size.
-        if any(not slot.resident for slot in inputs):
+        if not all([slot.resident for slot in inputs]):
             pinned = []
             try:
                 for slot in inputs:
@@ -547,7 +619,9 @@ class Session:
 
         fresh: List[_Slot] = []
         sources: List[int] = []
-        for position, value in enumerate(_flatten(result, [])):
+        flat = [result] if type(result) is _Tensor else _flatten(result, [])
+        slots = self._slots
+        for position, value in enumerate(flat):
             if not isinstance(value, _Tensor) or value.layout is not _STRIDED:
                 continue
             if value.device != self.device:
@@ -555,47 +629,55 @@ class Session:
                     continue
                 self.device = value.device  # a factory op is the first to run
             storage = value.untyped_storage()
-            if storage._cdata in self._slots or storage.nbytes() == 0:
+            if storage._cdata in slots or storage.nbytes() == 0:
                 continue  # a view of an input, an in-place result, or empty
             fresh.append(self._new_slot(storage))
             sources.append(position)
         if not fresh and not versioned:
             if self._trace_path is not None and (constants_written or not any(
-                    isinstance(value, _Tensor) for value in _flatten(result, []))):
+                    isinstance(value, _Tensor) for value in flat)):
                 # The op read its inputs' values (to the host, or into a
                 # constant): a trace marks such reads.
                 for slot in inputs:
                     engine.ensure_resident(slot.handle)
             return result
 
-        new_versions = [_Buf(slot) for slot in versioned]
-        sources.extend(-1 - inputs.index(slot) for slot in versioned)
-        outputs = fresh + versioned
+        if versioned:
+            new_versions = [_Buf(slot) for slot in versioned]
+            sources.extend(-1 - inputs.index(slot) for slot in versioned)
+            outputs = fresh + versioned
+            buffers = [slot.buf for slot in fresh] + new_versions
+        else:
+            outputs = fresh
+            buffers = [slot.buf for slot in fresh]
         call_id = self._next_call
         self._next_call += 1
         try:
-            handles = self._engine_call(
-                engine.apply, info.name, "making room for its outputs", call_id, info.name,
-                [slot.handle for slot in inputs],
-                [slot.buf for slot in fresh] + new_versions,
-                [slot.nbytes for slot in outputs], cost, self._module(),
+            handles = engine.apply(
+                call_id, info.name, [slot.handle for slot in inputs], buffers,
+                [slot.nbytes for slot in outputs], cost,
+                self._module() if self._modules is not None else None,
             )
-        except BaseException:
+        except BaseException as error:
             for slot in fresh:  # never tracked: the caller gets no result
-                if self._slots.get(slot.key) is slot:
-                    del self._slots[slot.key]
+                if slots.get(slot.key) is slot:
+                    del slots[slot.key]
+            if isinstance(error, _native.OutOfMemoryError):
+                raise self._out_of_memory(error, info.name, "making room for its outputs") \
+                    from None
             raise
         slot_of_handle = self._slot_of_handle
         for slot, handle in zip(fresh, handles):
             slot.handle = handle
             slot_of_handle[handle] = slot
-        for slot, buf, handle in zip(versioned, new_versions, handles[len(fresh):]):
-            slot.buf.owns = False  # the old version's value is overwritten
-            slot.buf = buf
-            old, slot.handle = slot.handle, handle
-            del slot_of_handle[old]
-            slot_of_handle[handle] = slot
-            engine.release(old)
+        if versioned:
+            for slot, buf, handle in zip(versioned, new_versions, handles[len(fresh):]):
+                slot.buf.owns = False  # the old version's value is overwritten
+                slot.buf = buf
+                old, slot.handle = slot.handle, handle
+                del slot_of_handle[old]
+                slot_of_handle[handle] = slot
+                engine.release(old)
 
         # Outputs a re-run could not reproduce are constants, and so are
         # those of grad-free ops on constants alone (optimiser state), lest
@@ -603,7 +685,7 @@ class Session:
         recomputable = not (info.nondeterministic and self.device.type == "cuda")
         if constants_written and not info.side_effect_only_writes:
             recomputable = False
-        if not torch.is_grad_enabled() and all(slot.constant for slot in inputs):
+        if not _grad_enabled() and all([slot.constant for slot in inputs]):
             recomputable = False
         if not recomputable:
             for slot in outputs:
