@@ -139,6 +139,46 @@ fn neighbourhood_aware_heuristics_protect_the_evicted_neighbours() {
     );
 }
 
+/// p (cost 1) → q (cost 50), an unrelated s (cost 5) and x (cost 1), all
+/// 100 B. q is evicted and a first eviction (of x) scores p while q counts
+/// in its neighbourhood (1 + 50). q is then rematerialised and freed before
+/// the next eviction: p's neighbourhood is empty again, so after a tick of
+/// 1000 p (1 / 1050) goes before s (5 / 2061) and y (10 / 1050). The cached
+/// `dtr` once kept p's stale region cost here: q's rematerialisation was
+/// settled lazily, and by then q and its edge from p were gone. Eight
+/// costly bystanders (cost 1000) keep the cache large enough that it is
+/// invalidated storage by storage rather than cleared.
+fn rematerialised_then_freed(heuristic: &str) -> (Vec<TensorId>, [TensorId; 4]) {
+    let mut dtr = sim(Config::default().with_heuristic(heuristic));
+    for _ in 0..8 {
+        tensor(&mut dtr, &[], 1000, 100);
+    }
+    let p = tensor(&mut dtr, &[], 1, 100);
+    let q = tensor(&mut dtr, &[p], 50, 100);
+    let s = tensor(&mut dtr, &[], 5, 100);
+    let x = tensor(&mut dtr, &[], 1, 100);
+    op(&mut dtr, &[], 1000, None);
+    assert!(dtr.evict_now(q).unwrap());
+    dtr.set_budget_bytes(Some(1100));
+    tensor(&mut dtr, &[], 10, 100); // y: evicts x, the stalest per cost
+    dtr.set_budget_bytes(Some(1200));
+    dtr.ensure_resident(q).unwrap();
+    dtr.del(q).unwrap(); // no consumers: freed for good
+    op(&mut dtr, &[], 1000, None);
+    dtr.set_budget_bytes(Some(1100));
+    tensor(&mut dtr, &[], 1, 100);
+    (evicted(&dtr), [p, q, s, x])
+}
+
+#[test]
+fn dtr_forgets_a_rematerialised_storage_freed_before_the_next_eviction() {
+    for heuristic in ["dtr-walk", "dtr"] {
+        let (victims, [p, q, _, x]) = rematerialised_then_freed(heuristic);
+        // q by `evict_now`, then x and p by pressure.
+        assert_eq!(victims, vec![q, x, p], "{heuristic}");
+    }
+}
+
 /// An arena of 400 B holding a, b, c, d (100 B each, cost 10, a oldest);
 /// c is freed, leaving a 100-byte hole between b and d; then a 200-byte
 /// request. Evicting a (the stalest) opens a hole that does not touch c's:

@@ -10,8 +10,12 @@
 //! Evictions and rematerialisations are settled lazily, before the next
 //! scoring pass: a storage on an affected path that changed meanwhile has
 //! its own walk, so the union of walks then still covers every affected
-//! cache. When changes outnumber a quarter of the cache (the eager
-//! evictions between two eviction rounds), clearing it is cheaper.
+//! cache. A walk needs the edges the change was seen through, so a storage
+//! whose edges are about to be removed (freed, detached) is settled at
+//! once, whatever its residency: one rematerialised and then freed before
+//! the next pass would otherwise leave the caches that counted it while it
+//! was evicted stale. When changes outnumber a quarter of the cache (the
+//! eager evictions between two eviction rounds), clearing it is cheaper.
 //! [`DtrWalk`] walks every time; it is the reference the cache is tested
 //! against, decision for decision.
 
@@ -28,8 +32,11 @@ pub struct Dtr {
     /// Cached region costs: `[descendants, ancestors]`.
     cached: SecondaryMap<StorageId, [Option<u64>; 2]>,
     scratch: Vec<StorageId>,
-    /// Evicted or rematerialised since the last scoring pass.
+    /// Evicted or rematerialised since the last scoring pass, each once.
     unsettled: Vec<StorageId>,
+    /// The storages of `unsettled` whose walk is still owed (a storage
+    /// settled early by [`Heuristic::on_graph_change`] leaves it).
+    owed: SecondaryMap<StorageId, ()>,
 }
 
 fn slot(direction: Direction) -> usize {
@@ -40,6 +47,14 @@ fn slot(direction: Direction) -> usize {
 }
 
 impl Dtr {
+    /// Records a change of residency at `storage`, to be settled before the
+    /// next scoring pass (or before its edges change).
+    fn unsettle(&mut self, storage: StorageId) {
+        if self.owed.insert(storage, ()).is_none() {
+            self.unsettled.push(storage);
+        }
+    }
+
     fn region_cost(&mut self, graph: &Graph, storage: StorageId, direction: Direction) -> u64 {
         if let Some(cost) = self.cached.get(storage).and_then(|c| c[slot(direction)]) {
             return cost;
@@ -96,34 +111,42 @@ impl Heuristic for Dtr {
     }
 
     fn before_scoring(&mut self, graph: &Graph) {
-        if self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len() {
+        let clear = self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len();
+        if clear {
             self.cached.clear();
-        } else {
-            for storage in std::mem::take(&mut self.unsettled) {
-                if graph.storages.contains_key(storage) {
-                    self.invalidate_around(graph, storage);
-                }
+        }
+        let mut unsettled = std::mem::take(&mut self.unsettled);
+        for storage in unsettled.drain(..) {
+            // Storages settled early (freed ones included) are no longer owed.
+            if self.owed.remove(storage).is_some() && !clear {
+                self.invalidate_around(graph, storage);
             }
         }
-        self.unsettled.clear();
+        self.unsettled = unsettled;
     }
 
     fn on_evict(&mut self, storage: StorageId, _graph: &Graph) {
-        self.unsettled.push(storage);
+        self.unsettle(storage);
     }
 
     fn on_rematerialize(&mut self, storage: StorageId, _graph: &Graph) {
-        self.unsettled.push(storage);
+        self.unsettle(storage);
     }
 
     /// Edges or tensors change at `storage`. Walks stop at resident storages
-    /// and ignore pending ones, so only an evicted storage's change can reach
-    /// other caches; a resident one changes only its own regions.
+    /// and ignore pending ones, so the change reaches other caches only if
+    /// `storage` is evicted, or was evicted when they were computed (an
+    /// unsettled rematerialisation); otherwise it changes only its own
+    /// regions.
     fn on_graph_change(&mut self, storage: StorageId, graph: &Graph) {
+        // Removals cannot wait: the edges are gone by the next pass.
+        let owed = self.owed.remove(storage).is_some();
+        if self.cached.is_empty() {
+            return; // nothing to forget, and nothing cached before the next pass settles
+        }
         match graph.storages[storage].residency {
-            // Removals cannot wait: the edges are gone by the next pass.
-            Residency::Evicted if !self.cached.is_empty() => self.invalidate_around(graph, storage),
-            Residency::Evicted => {}
+            Residency::Evicted => self.invalidate_around(graph, storage),
+            Residency::Resident if owed => self.invalidate_around(graph, storage),
             Residency::Resident => {
                 self.cached.remove(storage);
             }
