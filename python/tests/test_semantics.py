@@ -58,6 +58,23 @@ def test_in_place_ops_on_fresh_results_recompute_their_final_value():
     assert torch.equal(loss, dtr_loss) and torch.equal(grad, dtr_grad)
 
 
+def test_in_place_writes_to_evicted_storages_bring_them_back_first():
+    torch.manual_seed(0)
+    x = torch.randn(N)
+
+    def program():
+        values = chain(x, 8)
+        values[1].add_(1.0)  # evicted under the budget: pinned, recomputed, then written
+        values[2].mul_(2.0)
+        return [v.sum().item() for v in values]
+
+    expected = program()
+    with dtr_torch.budget(4 * MiB) as session:
+        assert program() == expected
+        session.check()
+    assert session.stats()["rematerializations"] > 0
+
+
 def test_autograd_version_counters_still_catch_real_misuse():
     x = torch.randn(16, requires_grad=True)
     with dtr_torch.budget(1 * MiB):

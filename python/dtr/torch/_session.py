@@ -584,9 +584,12 @@ class Session:
             except BaseException:
                 self._unpin(pinned)
                 raise
+        # Old versions of storages written in place: released only once
+        # unpinned (a pin of a released tensor could never be undone).
+        retired: List[int] = []
         try:
             return self._run(func, info, args, kwargs, template_args, template_kwargs,
-                             inputs, versioned, constants_written)
+                             inputs, versioned, constants_written, retired)
         except BaseException:
             if pinned is not None:
                 self._unpin(pinned)
@@ -601,13 +604,15 @@ class Session:
         finally:
             if pinned is not None:
                 self._unpin(pinned)
+            for handle in retired:
+                engine.release(handle)
 
     def _unpin(self, handles: List[int]) -> None:
         for handle in handles:
             self._engine.unpin(handle)
 
     def _run(self, func, info, args, kwargs, template_args, template_kwargs,
-             inputs, versioned, constants_written):
+             inputs, versioned, constants_written, retired):
         engine = self._engine
         rng = None
         if info.seeded and self._recording:
@@ -677,7 +682,7 @@ class Session:
                 old, slot.handle = slot.handle, handle
                 del slot_of_handle[old]
                 slot_of_handle[handle] = slot
-                engine.release(old)
+                retired.append(old)
 
         # Outputs a re-run could not reproduce are constants, and so are
         # those of grad-free ops on constants alone (optimiser state), lest
