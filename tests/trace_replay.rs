@@ -222,6 +222,14 @@ fn native_errors_name_file_and_line() {
             r#"{"event":"put","id":1,"bytes":8,"dtype":"float32"}"#.to_string(),
             "bad.jsonl:2: dtype `float32` is not one of f32, f64",
         ),
+        (
+            format!("{put}\n{{\"event\":\"apply\",\"op\":\"big\",\"inputs\":[1],\"outputs\":[{{\"id\":2,\"bytes\":4,\"dims\":[4294967296,4294967296]}}],\"cost\":1}}"),
+            "bad.jsonl:3: output 0 of `big`: shape [4294967296, 4294967296] is too large",
+        ),
+        (
+            format!("{put}\n{{\"event\":\"apply\",\"op\":\"two\",\"inputs\":[1],\"outputs\":[{{\"id\":2,\"bytes\":4}},{{\"id\":3,\"bytes\":4}},{{\"id\":2,\"bytes\":4}}],\"cost\":1}}"),
+            "bad.jsonl:3: output id 2 is repeated",
+        ),
     ];
     for (body, expected) in cases {
         let message = native_error(&body);

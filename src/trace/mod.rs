@@ -274,6 +274,12 @@ impl TraceBuilder {
         let mut made = SmallVec::new();
         let mut specs = SmallVec::new();
         for (k, (bytes, alias_of, dims)) in outputs.iter().cloned().enumerate() {
+            if let Some(dims) = &dims {
+                if crate::shape::checked_numel(dims).is_none() {
+                    let message = format!("output {k} of `{op}`: shape {dims:?} is too large");
+                    return Err(self.fail(line, message));
+                }
+            }
             let storage_bytes = match alias_of {
                 Some(i) if i >= inputs.len() => {
                     return Err(self.fail(

@@ -185,12 +185,9 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                         output.dims.as_deref().map(Into::into),
                     ));
                 }
-                if outputs
-                    .iter()
-                    .enumerate()
-                    .any(|(k, o)| outputs[..k].iter().any(|p| p.id == o.id))
-                {
-                    return Err(fail(line, "an output id is repeated".into()));
+                let mut distinct = std::collections::HashSet::with_capacity(outputs.len());
+                if let Some(repeated) = outputs.iter().find(|o| !distinct.insert(o.id)) {
+                    return Err(fail(line, format!("output id {} is repeated", repeated.id)));
                 }
                 let label = |i: usize| format!("input id {} of `{op}`", inputs[i]);
                 let made = builder.apply(
