@@ -173,16 +173,19 @@ class _Mode(TorchDispatchMode):
         self.session = session
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        session = self.session
+        if session._host_access_mode is None:
+            return session._dispatch(func, args, kwargs or {})
         # The session's own tensor calls skip _HostAccess (backward runs
         # ops with it active).
         with _NO_TORCH_FUNCTION():
-            return self.session._dispatch(func, args, kwargs or {})
+            return session._dispatch(func, args, kwargs or {})
 
 
-# Tensor methods that read or hand out a storage's memory without an ATen
-# op, so the dispatch mode never sees them.
-_READS = {_Tensor.tolist}
-_EXPOSES = {_Tensor.numpy, _Tensor.__array__, _Tensor.__dlpack__, _Tensor.data_ptr}
+# Tensor methods that read (False) or hand out (True) a storage's memory
+# without an ATen op, so the dispatch mode never sees them.
+_HOST_ACCESS = {_Tensor.tolist: False, _Tensor.numpy: True, _Tensor.__array__: True,
+                _Tensor.__dlpack__: True, _Tensor.data_ptr: True}
 
 
 class _HostAccess(TorchFunctionMode):
@@ -195,9 +198,9 @@ class _HostAccess(TorchFunctionMode):
         self.session = session
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in _READS or func in _EXPOSES:
-            if args and isinstance(args[0], _Tensor):
-                self.session._host_access(args[0], keep=func in _EXPOSES)
+        keep = _HOST_ACCESS.get(func)
+        if keep is not None and args and isinstance(args[0], _Tensor):
+            self.session._host_access(args[0], keep)
         return func(*args, **(kwargs or {}))
 
 
@@ -229,7 +232,8 @@ class Session:
         # Unbounded sessions never evict, so they never re-run a call.
         self._recording = budget_bytes is not None
         self._mode = _Mode(self)
-        self._host_access_mode = _HostAccess(self)
+        # Only a budget evicts: unbounded sessions need no guard on host reads.
+        self._host_access_mode = _HostAccess(self) if budget_bytes is not None else None
         # Writing a trace: where, what exists from its start, and which
         # module each op runs in.
         self._trace_path = trace_path
@@ -247,13 +251,15 @@ class Session:
                 self._track(tensor)
             if ModuleTracker is not None:
                 self._modules = ModuleTracker().__enter__()
-        self._host_access_mode.__enter__()
+        if self._host_access_mode is not None:
+            self._host_access_mode.__enter__()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
-        self._host_access_mode.__exit__(*exc)
+        if self._host_access_mode is not None:
+            self._host_access_mode.__exit__(*exc)
         if self._modules is not None:
             self._modules.__exit__(*exc)
             self._modules = None
