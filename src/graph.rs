@@ -66,11 +66,8 @@ pub struct StorageInfo {
     pub bytes: u64,
     /// Tensors viewing this storage; `tensors[0]` is the root, whose op allocates it.
     pub tensors: SmallVec<[TensorId; 2]>,
+    /// Written only by the interpreter's storage table; read by heuristics.
     pub residency: Residency,
-    /// Held while an op that reads this storage runs.
-    pub locks: u32,
-    /// Held by the user (and during `get_value`).
-    pub pins: u32,
     /// Logical clock of the last access.
     pub last_access: u64,
     /// `c0`: the summed cost of the distinct ops that produced its tensors.

@@ -1,12 +1,11 @@
-//! Making room: the AutoEvict loop, eviction itself, and which storages are
-//! candidates (resident, recomputable, unlocked, unpinned).
+//! Making room: the AutoEvict loop, eviction itself (the storage table
+//! frees the bytes; this records it), and out-of-memory errors.
 
 use super::{Event, Interpreter};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::graph::{NodeId, Residency, StorageId};
+use crate::graph::{NodeId, StorageId};
 use crate::memory::Block;
-use crate::policy::PolicyView;
 
 /// What an allocation is for, to name it in an out-of-memory error.
 #[derive(Clone, Copy)]
@@ -23,36 +22,29 @@ impl<B: Backend> Interpreter<B> {
     pub(super) fn reserve(&mut self, sizes: &[u64], purpose: RoomFor<'_>) -> Result<Vec<Block>> {
         let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
         loop {
-            if let Some(blocks) = self.memory.allocate_all(sizes) {
+            if let Some(blocks) = self.table.reserve(sizes) {
                 return Ok(blocks);
             }
-            let unevictable = self
-                .memory
-                .counter()
-                .in_use_bytes()
-                .saturating_sub(self.pool.bytes());
-            if self.pool.is_empty() || !self.memory.could_fit(sizes, unevictable) {
+            let memory = self.table.memory();
+            if self.table.pool().is_empty()
+                || !memory.could_fit(sizes, self.table.unevictable_bytes())
+            {
                 return Err(self.out_of_memory(requested, purpose));
             }
             let largest = sizes.iter().copied().max().unwrap_or(0);
-            let request = self
-                .memory
+            let request = memory
                 .arena()
                 .and_then(|arena| arena.aligned(largest))
                 .unwrap_or(largest);
-            let view = PolicyView {
-                graph: &self.graph,
-                memory: &self.memory,
-                blocks: &self.blocks,
-            };
-            let victims = self
-                .heuristic
-                .choose(&self.pool, &view, request, &mut self.search);
+            let view = self.table.policy_view(&self.graph);
+            let victims =
+                self.heuristic
+                    .choose(self.table.pool(), &view, request, &mut self.search);
             if victims.is_empty() {
                 return Err(self.out_of_memory(requested, purpose));
             }
             for victim in victims {
-                if self.pool.contains(victim) {
+                if self.table.pool().contains(victim) {
                     self.evict(victim, false);
                 }
             }
@@ -62,24 +54,10 @@ impl<B: Backend> Interpreter<B> {
     /// Frees a resident, evictable storage; its tensors become undefined
     /// and keep their compute paths.
     pub(super) fn evict(&mut self, storage: StorageId, eager: bool) {
-        if let Some(buffer) = self.buffers.remove(storage) {
-            self.backend.release(buffer);
-        }
-        let info = &mut self.graph.storages[storage];
-        debug_assert!(
-            info.recomputable && info.locks == 0 && info.pins == 0,
-            "evicting a protected storage"
-        );
-        info.residency = Residency::Evicted;
+        self.table
+            .evict(&mut self.graph, storage, &mut self.backend);
+        let info = &self.graph.storages[storage];
         let (bytes, root) = (info.bytes, info.tensors[0]);
-        for i in 0..self.graph.storages[storage].tensors.len() {
-            let tensor = self.graph.storages[storage].tensors[i];
-            self.graph.tensors[tensor].defined = false;
-        }
-        if let Some(block) = self.blocks.remove(storage) {
-            self.memory.free(block);
-        }
-        self.pool.remove(storage);
         self.heuristic.on_evict(storage, &self.graph);
         self.stats.evictions += 1;
         if eager {
@@ -95,60 +73,21 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
-    /// Puts a storage in or out of the candidate pool as its state says.
-    pub(super) fn refresh_candidacy(&mut self, storage: StorageId) {
-        let info = &self.graph.storages[storage];
-        if info.is_resident() && info.recomputable && info.locks == 0 && info.pins == 0 {
-            let held = self
-                .blocks
-                .get(storage)
-                .map_or(info.bytes, |block| block.size);
-            self.pool.insert(storage, held);
-        } else {
-            self.pool.remove(storage);
-        }
-    }
-
-    pub(super) fn lock_storage(&mut self, storage: StorageId) {
-        self.graph.storages[storage].locks += 1;
-        self.pool.remove(storage);
-    }
-
-    pub(super) fn unlock_storage(&mut self, storage: StorageId) {
-        self.graph.storages[storage].locks -= 1;
-        self.refresh_candidacy(storage);
-    }
-
-    pub(super) fn pin_storage(&mut self, storage: StorageId) {
-        self.graph.storages[storage].pins += 1;
-        self.pool.remove(storage);
-    }
-
-    pub(super) fn unpin_storage(&mut self, storage: StorageId) {
-        self.graph.storages[storage].pins -= 1;
-        self.refresh_candidacy(storage);
-    }
-
     fn out_of_memory(&self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
         let context = match purpose {
             RoomFor::Op(node) => format!("op `{}`", self.graph.nodes[node].op.name()),
             RoomFor::Put(dims) => format!("put of shape {dims:?}"),
         };
-        let in_use_bytes = self.memory.counter().in_use_bytes();
-        let locked_bytes: u64 = self
-            .graph
-            .storages
-            .iter()
-            .filter(|(_, s)| s.is_resident() && s.locks > 0)
-            .map(|(id, _)| self.blocks.get(id).map_or(0, |block| block.size))
-            .sum();
+        let counter = self.table.counter();
+        let in_use_bytes = counter.in_use_bytes();
+        let locked_bytes = self.table.locked_bytes();
         let error = Error::OutOfMemory {
             context,
             requested_bytes,
-            budget_bytes: self.memory.counter().budget_bytes().unwrap_or(u64::MAX),
+            budget_bytes: counter.budget_bytes().unwrap_or(u64::MAX),
             in_use_bytes,
             locked_bytes,
-            pinned_bytes: in_use_bytes.saturating_sub(self.pool.bytes() + locked_bytes),
+            pinned_bytes: self.table.unevictable_bytes().saturating_sub(locked_bytes),
         };
         tracing::warn!(target: "dtr::oom", %error);
         error

@@ -17,7 +17,7 @@ use super::eviction::RoomFor;
 use super::{Event, Interpreter};
 use crate::backend::{Backend, BufferView};
 use crate::error::{Error, Result};
-use crate::graph::{NodeId, Residency, StorageId};
+use crate::graph::{NodeId, StorageId};
 
 /// A node waiting for its inputs.
 struct Frame {
@@ -90,7 +90,8 @@ impl<B: Backend> Interpreter<B> {
             for i in 0..frame.locked.len() {
                 if frame.locked[i] && !frame.lost[i] {
                     frame.locked[i] = false;
-                    self.unlock_storage(self.input_storage(frame.node, i));
+                    let storage = self.input_storage(frame.node, i);
+                    self.table.unlock(&self.graph, storage);
                     surrendered.push((f, i));
                 }
             }
@@ -105,7 +106,7 @@ impl<B: Backend> Interpreter<B> {
             let frame = &mut pending[f];
             let storage = self.input_storage(frame.node, i);
             if self.graph.storages[storage].is_resident() {
-                self.lock_storage(storage);
+                self.table.lock(storage);
                 frame.locked[i] = true;
             } else {
                 frame.lost[i] = true;
@@ -149,7 +150,7 @@ impl<B: Backend> Interpreter<B> {
         for i in 0..count {
             let tensor = self.graph.nodes[node].inputs[i];
             if self.graph.tensors[tensor].defined {
-                self.lock_storage(self.graph.tensors[tensor].storage);
+                self.table.lock(self.graph.tensors[tensor].storage);
                 frame.locked[i] = true;
             }
         }
@@ -170,7 +171,7 @@ impl<B: Backend> Interpreter<B> {
                         .expect("only recomputable storages are evicted");
                     return Some(producer);
                 }
-                self.lock_storage(info.storage);
+                self.table.lock(info.storage);
                 frame.locked[i] = true;
             }
             frame.next_input += 1;
@@ -182,7 +183,8 @@ impl<B: Backend> Interpreter<B> {
         for (i, &locked) in frame.locked.iter().enumerate() {
             if locked {
                 let tensor = self.graph.nodes[frame.node].inputs[i];
-                self.unlock_storage(self.graph.tensors[tensor].storage);
+                self.table
+                    .unlock(&self.graph, self.graph.tensors[tensor].storage);
             }
         }
     }
@@ -200,7 +202,12 @@ impl<B: Backend> Interpreter<B> {
             .map(|o| o.bytes)
             .collect();
         let reserved = self.reserve(&sizes, RoomFor::Op(node_id))?;
-        let placed = self.memory.arena().is_some().then_some(reserved.as_slice());
+        let placed = self
+            .table
+            .memory()
+            .arena()
+            .is_some()
+            .then_some(reserved.as_slice());
 
         let node = &self.graph.nodes[node_id];
         let views: SmallVec<[BufferView<'_, B::Buffer>; 4]> = node
@@ -209,7 +216,7 @@ impl<B: Backend> Interpreter<B> {
             .map(|&t| {
                 let info = &self.graph.tensors[t];
                 BufferView {
-                    buffer: &self.buffers[info.storage],
+                    buffer: self.table.buffer(info.storage),
                     layout: &info.layout,
                 }
             })
@@ -222,7 +229,7 @@ impl<B: Backend> Interpreter<B> {
         let results = match results {
             Ok(results) => results,
             Err(error) => {
-                blocks.for_each(|block| self.memory.free(block));
+                blocks.for_each(|block| self.table.unreserve(block));
                 return Err(error);
             }
         };
@@ -237,7 +244,7 @@ impl<B: Backend> Interpreter<B> {
             for buffer in results.into_iter().flatten() {
                 self.backend.release(buffer);
             }
-            blocks.for_each(|block| self.memory.free(block));
+            blocks.for_each(|block| self.table.unreserve(block));
             return Err(Error::backend(
                 backend,
                 format!("`{op_name}` returned buffers that do not match its outputs"),
@@ -259,23 +266,19 @@ impl<B: Backend> Interpreter<B> {
                 // Freed, or still resident: the fresh copy is discarded.
                 if let (Some(buffer), Some(block)) = (buffer, block) {
                     self.backend.release(buffer);
-                    self.memory.free(block);
+                    self.table.unreserve(block);
                 }
                 continue;
             };
             restored.get_or_insert(tensor);
             let storage = self.graph.tensors[tensor].storage;
             if let (Some(buffer), Some(block)) = (buffer, block) {
-                self.buffers.insert(storage, buffer);
-                self.blocks.insert(storage, block);
-                self.memory.set_owner(block, Some(storage));
-                self.graph.storages[storage].residency = Residency::Resident;
+                self.table.install(&mut self.graph, storage, buffer, block);
                 if rematerializing {
                     self.heuristic.on_rematerialize(storage, &self.graph);
                 } else {
                     self.heuristic.on_graph_change(storage, &self.graph);
                 }
-                self.refresh_candidacy(storage);
             }
             self.graph.tensors[tensor].defined = true;
         }

@@ -4,13 +4,14 @@
 //! Module map: this file holds the public instructions; `materialize`
 //! (re)computes nodes on an explicit stack; `eviction` makes room and keeps
 //! the candidate pool; `release` handles dropped handles (eager eviction and
-//! real frees).
+//! real frees); `storage` owns where every storage's bytes are.
 
 mod eviction;
 mod materialize;
 mod observer;
 mod release;
 mod stats;
+mod storage;
 
 pub use observer::{ProgramObserver, TensorInstruction};
 pub use stats::{Event, Stats};
@@ -21,13 +22,12 @@ use smallvec::{smallvec, SmallVec};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::graph::{
-    Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
-};
+use crate::graph::{Graph, NodeId, OpNode, Residency, StorageInfo, TensorId, TensorInfo};
 use crate::memory::{Block, Memory};
 use crate::ops::{Op, ELEMENT_BYTES};
-use crate::policy::{heuristic_by_name, CandidatePool, CandidateSearch, Heuristic};
+use crate::policy::{heuristic_by_name, CandidateSearch, Heuristic};
 use crate::shape::Layout;
+use storage::StorageTable;
 
 /// Runs ops on a backend, keeping memory within the budget by evicting
 /// storages and recomputing them when they are needed again.
@@ -43,14 +43,10 @@ use crate::shape::Layout;
 pub struct Interpreter<B: Backend> {
     backend: B,
     graph: Graph,
-    /// The buffer of every resident storage.
-    buffers: SecondaryMap<StorageId, B::Buffer>,
-    pool: CandidatePool,
+    /// Where every storage's bytes are: memory, buffers, locks, candidates.
+    table: StorageTable<B>,
     heuristic: Box<dyn Heuristic>,
     search: CandidateSearch,
-    memory: Memory,
-    /// The memory block of every resident storage.
-    blocks: SecondaryMap<StorageId, Block>,
     config: Config,
     stats: Stats,
     events: Vec<Event>,
@@ -96,12 +92,9 @@ impl<B: Backend> Interpreter<B> {
         Ok(Interpreter {
             backend,
             graph: Graph::new(),
-            buffers: SecondaryMap::new(),
-            pool: CandidatePool::new(),
+            table: StorageTable::new(Memory::new(config.memory, config.budget_bytes)),
             heuristic: heuristic_by_name(&config.heuristic, config.seed)?,
             search: CandidateSearch::new(config.sampling, config.seed),
-            memory: Memory::new(config.memory, config.budget_bytes),
-            blocks: SecondaryMap::new(),
             config,
             stats: Stats::default(),
             events: Vec::new(),
@@ -152,7 +145,7 @@ impl<B: Backend> Interpreter<B> {
         data: Option<&[f32]>,
     ) -> Result<TensorId> {
         let block = self.reserve(&[bytes], eviction::RoomFor::Put(&layout.dims))?[0];
-        let at = self.memory.arena().map(|_| block);
+        let at = self.table.memory().arena().map(|_| block);
         let filled = match data {
             Some(data) => self.backend.upload(data, &layout, at),
             None => self.backend.allocate(&layout, bytes, at),
@@ -160,7 +153,7 @@ impl<B: Backend> Interpreter<B> {
         let buffer = match filled {
             Ok(buffer) => buffer,
             Err(error) => {
-                self.memory.free(block);
+                self.table.unreserve(block);
                 return Err(error);
             }
         };
@@ -186,16 +179,13 @@ impl<B: Backend> Interpreter<B> {
         let storage = self.graph.storages.insert(StorageInfo {
             bytes,
             tensors: SmallVec::new(),
-            residency: Residency::Resident,
-            locks: 0,
-            pins: 0,
+            residency: Residency::Pending,
             last_access: self.graph.clock,
             cost: 0,
             recomputable: false,
         });
-        self.buffers.insert(storage, buffer);
-        self.blocks.insert(storage, block);
-        self.memory.set_owner(block, Some(storage));
+        self.table.register(storage);
+        self.table.install(&mut self.graph, storage, buffer, block);
         let tensor = self.graph.tensors.insert(TensorInfo {
             producer: None,
             storage,
@@ -294,14 +284,14 @@ impl<B: Backend> Interpreter<B> {
         let storage = self.graph.tensors[tensor].storage;
         self.graph.storages[storage].last_access = self.graph.clock;
         // Pinned while the data is read back, so nothing can evict it meanwhile.
-        self.pin_storage(storage);
+        self.table.pin(storage);
         let info = &self.graph.tensors[tensor];
         let view = crate::backend::BufferView {
-            buffer: &self.buffers[storage],
+            buffer: self.table.buffer(storage),
             layout: &info.layout,
         };
         let result = self.backend.read(view);
-        self.unpin_storage(storage);
+        self.table.unpin(&self.graph, storage);
         self.observe(TensorInstruction::Get, tensor);
         result
     }
@@ -317,7 +307,7 @@ impl<B: Backend> Interpreter<B> {
     /// Keeps `tensor` resident until [`Interpreter::unpin`], rematerialising it now if needed.
     pub fn pin(&mut self, tensor: TensorId) -> Result<()> {
         self.ensure_defined(tensor)?;
-        self.pin_storage(self.graph.tensors[tensor].storage);
+        self.table.pin(self.graph.tensors[tensor].storage);
         self.observe(TensorInstruction::Pin, tensor);
         Ok(())
     }
@@ -333,7 +323,7 @@ impl<B: Backend> Interpreter<B> {
             .get(tensor)
             .ok_or_else(|| Error::UnknownTensor(format!("{tensor:?}")))?
             .storage;
-        if !self.pool.contains(storage) {
+        if !self.table.pool().contains(storage) {
             return Ok(false);
         }
         self.evict(storage, false);
@@ -387,12 +377,12 @@ impl<B: Backend> Interpreter<B> {
     /// Undoes one [`Interpreter::pin`].
     pub fn unpin(&mut self, tensor: TensorId) -> Result<()> {
         let storage = self.live_tensor(tensor)?.storage;
-        if self.graph.storages[storage].pins == 0 {
+        if !self.table.is_pinned(storage) {
             return Err(Error::InvalidArgument(format!(
                 "unpin: tensor {tensor:?} is not pinned"
             )));
         }
-        self.unpin_storage(storage);
+        self.table.unpin(&self.graph, storage);
         self.observe(TensorInstruction::Unpin, tensor);
         Ok(())
     }
@@ -400,7 +390,7 @@ impl<B: Backend> Interpreter<B> {
     /// Changes the budget. Lowering it below what is in use takes effect at
     /// the next allocation, which evicts down to it.
     pub fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
-        self.memory.set_budget_bytes(budget_bytes);
+        self.table.set_budget_bytes(budget_bytes);
         self.config.budget_bytes = budget_bytes;
     }
 
@@ -421,12 +411,12 @@ impl<B: Backend> Interpreter<B> {
     }
 
     pub fn memory(&self) -> MemoryReport {
-        let counter = self.memory.counter();
+        let counter = self.table.counter();
         MemoryReport {
             in_use_bytes: counter.in_use_bytes(),
             peak_bytes: counter.peak_bytes(),
             budget_bytes: counter.budget_bytes(),
-            arena: self.memory.arena().map(|arena| arena.report()),
+            arena: self.table.memory().arena().map(|arena| arena.report()),
         }
     }
 
@@ -531,16 +521,18 @@ impl<B: Backend> Interpreter<B> {
             let bytes = spec.bytes();
             let storage = match spec.alias_of {
                 Some(i) => self.graph.tensors[inputs[i]].storage,
-                None => self.graph.storages.insert(StorageInfo {
-                    bytes,
-                    tensors: SmallVec::new(),
-                    residency: Residency::Pending,
-                    locks: 0,
-                    pins: 0,
-                    last_access: self.graph.clock,
-                    cost: 0,
-                    recomputable: true,
-                }),
+                None => {
+                    let storage = self.graph.storages.insert(StorageInfo {
+                        bytes,
+                        tensors: SmallVec::new(),
+                        residency: Residency::Pending,
+                        last_access: self.graph.clock,
+                        cost: 0,
+                        recomputable: true,
+                    });
+                    self.table.register(storage);
+                    storage
+                }
             };
             let tensor = self.graph.tensors.insert(TensorInfo {
                 producer: Some((node, k)),
@@ -588,6 +580,7 @@ impl<B: Backend> Interpreter<B> {
             storage.tensors.retain(|t| *t != tensor);
             if storage.tensors.is_empty() {
                 self.graph.storages.remove(info.storage);
+                self.table.remove(info.storage, &mut self.backend);
             } else {
                 self.graph.refresh_storage_cost(info.storage);
             }
@@ -606,68 +599,12 @@ impl<B: Backend> Interpreter<B> {
     /// consumer lists match the nodes.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let graph = &self.graph;
-        let mut resident_bytes = 0;
         for (id, s) in &graph.storages {
-            if s.locks != 0 {
-                return Err(format!("{id:?} still has {} locks", s.locks));
-            }
             if s.tensors.is_empty() {
                 return Err(format!("{id:?} has no tensors"));
             }
-            if s.residency == Residency::Pending {
-                return Err(format!("{id:?} is pending outside an op"));
-            }
-            if s.is_resident() != self.buffers.contains_key(id)
-                || s.is_resident() != self.blocks.contains_key(id)
-            {
-                return Err(format!(
-                    "{id:?} residency does not match its buffer and block"
-                ));
-            }
-            if let Some(block) = self.blocks.get(id) {
-                if block.size < s.bytes {
-                    return Err(format!(
-                        "{id:?} has {} B in a block of {} B",
-                        s.bytes, block.size
-                    ));
-                }
-                resident_bytes += block.size;
-            }
-            let evictable = s.is_resident() && s.recomputable && s.pins == 0;
-            if evictable != self.pool.contains(id) {
-                return Err(format!(
-                    "{id:?} evictable={evictable} but pool membership differs"
-                ));
-            }
-            for &t in &s.tensors {
-                if graph.tensors[t].defined && !s.is_resident() {
-                    return Err(format!("{t:?} is defined over evicted {id:?}"));
-                }
-            }
         }
-        let counter = self.memory.counter();
-        if resident_bytes != counter.in_use_bytes() {
-            return Err(format!(
-                "{resident_bytes} B resident but {} B accounted",
-                counter.in_use_bytes()
-            ));
-        }
-        if let Some(arena) = self.memory.arena() {
-            if arena.report().in_use_bytes != resident_bytes {
-                return Err(format!(
-                    "the arena holds {} B, the storages {resident_bytes} B",
-                    arena.report().in_use_bytes
-                ));
-            }
-        }
-        if let Some(budget) = counter.budget_bytes() {
-            if counter.in_use_bytes() > budget {
-                return Err(format!(
-                    "{} B in use over a budget of {budget} B",
-                    counter.in_use_bytes()
-                ));
-            }
-        }
+        self.table.check(graph)?;
         for (id, t) in &graph.tensors {
             if t.user_refs == 0 && t.consumers.is_empty() && !self.config.retain_history {
                 return Err(format!("{id:?} is unneeded but not freed"));

@@ -14,7 +14,7 @@ impl<B: Backend> Interpreter<B> {
     /// Drops one user handle to `tensor`.
     pub fn del(&mut self, tensor: TensorId) -> Result<()> {
         let info = self.live_tensor(tensor)?;
-        if self.graph.storages[info.storage].locks > 0 {
+        if self.table.is_locked(info.storage) {
             return Err(Error::InvalidArgument(format!(
                 "del: tensor {tensor:?} is in use by a running op"
             )));
@@ -41,7 +41,7 @@ impl<B: Backend> Interpreter<B> {
             .tensors
             .iter()
             .all(|&t| self.graph.tensors[t].user_refs == 0);
-        if unreferenced && self.pool.contains(storage) {
+        if unreferenced && self.table.pool().contains(storage) {
             self.evict(storage, true);
         }
     }
@@ -67,7 +67,7 @@ impl<B: Backend> Interpreter<B> {
         let info = &mut self.graph.storages[storage];
         info.recomputable = false;
         self.graph.refresh_storage_cost(storage);
-        self.refresh_candidacy(storage);
+        self.table.refresh_candidacy(&self.graph, storage);
         let mut unneeded = Vec::new();
         self.release_output(node, k, &mut unneeded);
         self.free_all(unneeded);
@@ -137,12 +137,6 @@ impl<B: Backend> Interpreter<B> {
             .storages
             .remove(storage)
             .expect("storage is tracked");
-        self.pool.remove(storage);
-        if let Some(buffer) = self.buffers.remove(storage) {
-            self.backend.release(buffer);
-        }
-        if let Some(block) = self.blocks.remove(storage) {
-            self.memory.free(block);
-        }
+        self.table.remove(storage, &mut self.backend);
     }
 }

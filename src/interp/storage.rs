@@ -1,0 +1,290 @@
+//! The storage table: where every storage's bytes are, and what may move them.
+//!
+//! It owns the memory accounting (counter or arena), the buffer and block of
+//! each resident storage, its lock and pin counts, and the pool of eviction
+//! candidates. Every change of residency goes through it, so the graph's
+//! `residency`, the tensors' `defined` flags, the buffers, the blocks and the
+//! pool cannot disagree: the one place where a new way of holding bytes
+//! (host swap, static offsets, a foreign framework's storages) hooks in.
+//!
+//! The graph keeps `residency` because heuristics read it; only this module
+//! writes it.
+
+use slotmap::SecondaryMap;
+
+use crate::backend::Backend;
+use crate::graph::{Graph, Residency, StorageId};
+use crate::memory::{Block, Memory, MemoryCounter};
+use crate::policy::{CandidatePool, PolicyView};
+
+/// What the table keeps of one storage.
+struct Slot<Buf> {
+    /// The bytes, while resident.
+    buffer: Option<Buf>,
+    /// Held by running or pending ops: not evictable.
+    locks: u32,
+    /// Held by the user: not evictable.
+    pins: u32,
+}
+
+pub(super) struct StorageTable<B: Backend> {
+    memory: Memory,
+    slots: SecondaryMap<StorageId, Slot<B::Buffer>>,
+    /// The block of every resident storage (apart from `slots` because
+    /// policies read it and are not generic over buffers).
+    blocks: SecondaryMap<StorageId, Block>,
+    /// Resident, recomputable, unlocked and unpinned storages.
+    pool: CandidatePool,
+}
+
+impl<B: Backend> StorageTable<B> {
+    pub(super) fn new(memory: Memory) -> StorageTable<B> {
+        StorageTable {
+            memory,
+            slots: SecondaryMap::new(),
+            blocks: SecondaryMap::new(),
+            pool: CandidatePool::new(),
+        }
+    }
+
+    /// Starts tracking a storage the graph just created (not yet resident).
+    pub(super) fn register(&mut self, storage: StorageId) {
+        self.slots.insert(
+            storage,
+            Slot {
+                buffer: None,
+                locks: 0,
+                pins: 0,
+            },
+        );
+    }
+
+    /// Reserves a block for each of `sizes` if they all fit now; the blocks
+    /// belong to no storage until [`StorageTable::install`].
+    pub(super) fn reserve(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
+        self.memory.allocate_all(sizes)
+    }
+
+    /// Returns a reserved block that was not installed.
+    pub(super) fn unreserve(&mut self, block: Block) {
+        self.memory.free(block);
+    }
+
+    /// Makes `storage` resident with `buffer` in `block`.
+    pub(super) fn install(
+        &mut self,
+        graph: &mut Graph,
+        storage: StorageId,
+        buffer: B::Buffer,
+        block: Block,
+    ) {
+        let slot = &mut self.slots[storage];
+        debug_assert!(slot.buffer.is_none(), "installing over a resident storage");
+        slot.buffer = Some(buffer);
+        self.blocks.insert(storage, block);
+        self.memory.set_owner(block, Some(storage));
+        graph.storages[storage].residency = Residency::Resident;
+        self.refresh_candidacy(graph, storage);
+    }
+
+    /// Frees a resident storage's bytes, keeping its compute history: its
+    /// tensors become undefined. Only candidates are evicted.
+    pub(super) fn evict(&mut self, graph: &mut Graph, storage: StorageId, backend: &mut B) {
+        debug_assert!(self.pool.contains(storage), "evicting a protected storage");
+        self.release_bytes(storage, backend);
+        let info = &mut graph.storages[storage];
+        info.residency = Residency::Evicted;
+        for &tensor in &info.tensors {
+            graph.tensors[tensor].defined = false;
+        }
+    }
+
+    /// Forgets a storage the graph no longer has, freeing its bytes.
+    pub(super) fn remove(&mut self, storage: StorageId, backend: &mut B) {
+        self.release_bytes(storage, backend);
+        self.slots.remove(storage);
+    }
+
+    fn release_bytes(&mut self, storage: StorageId, backend: &mut B) {
+        if let Some(buffer) = self.slots.get_mut(storage).and_then(|s| s.buffer.take()) {
+            backend.release(buffer);
+        }
+        if let Some(block) = self.blocks.remove(storage) {
+            self.memory.free(block);
+        }
+        self.pool.remove(storage);
+    }
+
+    /// The buffer of a resident storage.
+    pub(super) fn buffer(&self, storage: StorageId) -> &B::Buffer {
+        self.slots[storage]
+            .buffer
+            .as_ref()
+            .expect("the storage is resident")
+    }
+
+    pub(super) fn lock(&mut self, storage: StorageId) {
+        self.slots[storage].locks += 1;
+        self.pool.remove(storage);
+    }
+
+    pub(super) fn unlock(&mut self, graph: &Graph, storage: StorageId) {
+        self.slots[storage].locks -= 1;
+        self.refresh_candidacy(graph, storage);
+    }
+
+    pub(super) fn pin(&mut self, storage: StorageId) {
+        self.slots[storage].pins += 1;
+        self.pool.remove(storage);
+    }
+
+    pub(super) fn unpin(&mut self, graph: &Graph, storage: StorageId) {
+        self.slots[storage].pins -= 1;
+        self.refresh_candidacy(graph, storage);
+    }
+
+    pub(super) fn is_locked(&self, storage: StorageId) -> bool {
+        self.slots[storage].locks > 0
+    }
+
+    pub(super) fn is_pinned(&self, storage: StorageId) -> bool {
+        self.slots[storage].pins > 0
+    }
+
+    /// Puts a storage in or out of the candidate pool as its state says
+    /// (after it stops or starts being recomputable, say).
+    pub(super) fn refresh_candidacy(&mut self, graph: &Graph, storage: StorageId) {
+        let info = &graph.storages[storage];
+        let slot = &self.slots[storage];
+        if info.is_resident() && info.recomputable && slot.locks == 0 && slot.pins == 0 {
+            let held = self
+                .blocks
+                .get(storage)
+                .map_or(info.bytes, |block| block.size);
+            self.pool.insert(storage, held);
+        } else {
+            self.pool.remove(storage);
+        }
+    }
+
+    pub(super) fn pool(&self) -> &CandidatePool {
+        &self.pool
+    }
+
+    pub(super) fn memory(&self) -> &Memory {
+        &self.memory
+    }
+
+    pub(super) fn counter(&self) -> &MemoryCounter {
+        self.memory.counter()
+    }
+
+    pub(super) fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
+        self.memory.set_budget_bytes(budget_bytes);
+    }
+
+    /// Bytes held by storages that no eviction can free (pinned, locked or
+    /// not recomputable).
+    pub(super) fn unevictable_bytes(&self) -> u64 {
+        self.counter()
+            .in_use_bytes()
+            .saturating_sub(self.pool.bytes())
+    }
+
+    /// Bytes held by storages locked by running or pending ops.
+    pub(super) fn locked_bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|(_, slot)| slot.locks > 0)
+            .filter_map(|(id, _)| self.blocks.get(id))
+            .map(|block| block.size)
+            .sum()
+    }
+
+    /// What a heuristic may look at.
+    pub(super) fn policy_view<'a>(&'a self, graph: &'a Graph) -> PolicyView<'a> {
+        PolicyView {
+            graph,
+            memory: &self.memory,
+            blocks: &self.blocks,
+        }
+    }
+
+    /// Checks that the table agrees with the graph: one slot per storage,
+    /// buffers and blocks exactly for resident storages, no lock outside an
+    /// op, the pool holding exactly the evictable storages, and the memory
+    /// accounting matching the resident blocks and the budget.
+    pub(super) fn check(&self, graph: &Graph) -> Result<(), String> {
+        if self.slots.len() != graph.storages.len() {
+            return Err(format!(
+                "{} storages in the graph, {} in the table",
+                graph.storages.len(),
+                self.slots.len()
+            ));
+        }
+        let mut resident_bytes = 0;
+        for (id, info) in &graph.storages {
+            let slot = self
+                .slots
+                .get(id)
+                .ok_or_else(|| format!("{id:?} is not in the storage table"))?;
+            if slot.locks != 0 {
+                return Err(format!("{id:?} still has {} locks", slot.locks));
+            }
+            if info.residency == Residency::Pending {
+                return Err(format!("{id:?} is pending outside an op"));
+            }
+            if info.is_resident() != slot.buffer.is_some()
+                || info.is_resident() != self.blocks.contains_key(id)
+            {
+                return Err(format!(
+                    "{id:?} residency does not match its buffer and block"
+                ));
+            }
+            if let Some(block) = self.blocks.get(id) {
+                if block.size < info.bytes {
+                    return Err(format!(
+                        "{id:?} has {} B in a block of {} B",
+                        info.bytes, block.size
+                    ));
+                }
+                resident_bytes += block.size;
+            }
+            let evictable = info.is_resident() && info.recomputable && slot.pins == 0;
+            if evictable != self.pool.contains(id) {
+                return Err(format!(
+                    "{id:?} evictable={evictable} but pool membership differs"
+                ));
+            }
+            for &t in &info.tensors {
+                if graph.tensors[t].defined && !info.is_resident() {
+                    return Err(format!("{t:?} is defined over evicted {id:?}"));
+                }
+            }
+        }
+        let counter = self.counter();
+        if resident_bytes != counter.in_use_bytes() {
+            return Err(format!(
+                "{resident_bytes} B resident but {} B accounted",
+                counter.in_use_bytes()
+            ));
+        }
+        if let Some(arena) = self.memory.arena() {
+            if arena.report().in_use_bytes != resident_bytes {
+                return Err(format!(
+                    "the arena holds {} B, the storages {resident_bytes} B",
+                    arena.report().in_use_bytes
+                ));
+            }
+        }
+        if let Some(budget) = counter.budget_bytes() {
+            if counter.in_use_bytes() > budget {
+                return Err(format!(
+                    "{} B in use over a budget of {budget} B",
+                    counter.in_use_bytes()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
