@@ -131,7 +131,7 @@ fn steps<B: Backend>(make: &dyn Fn() -> B) -> (f64, f64) {
     let (batch, width, classes, layers) = (1024, 128, 10, 6);
     let run = |budget: Option<u64>| {
         let config = Config {
-            budget_bytes: budget,
+            budget: budget.into(),
             ..Config::default()
         };
         let mut dtr = Interpreter::new(make(), config).unwrap();

@@ -60,7 +60,7 @@ fn eager_ns_per_op(grad: bool) -> f64 {
 /// Seconds for `steps` MLP training steps on the CPU, under `budget`.
 fn mlp_steps(budget: Option<u64>, steps: usize) -> (f64, u64) {
     let config = Config {
-        budget_bytes: budget,
+        budget: budget.into(),
         ..Config::default().with_heuristic("dtr-eq")
     };
     let s = Session::new(CpuBackend::new(), config).unwrap();

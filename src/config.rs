@@ -1,17 +1,83 @@
-//! Interpreter configuration: a plain value with defaults and a builder.
+//! Interpreter configuration: a plain value with defaults and a builder,
+//! and the memory budget it names.
 
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
 use crate::memory::MemoryModel;
 use crate::policy::Sampling;
+
+/// How much memory a run may use.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Budget {
+    /// Exactly this many bytes.
+    Bytes(u64),
+    /// This fraction of a reference, floored to bytes: of the backend's
+    /// device memory for an [`crate::Interpreter`] (in (0, 1]), of the
+    /// unbounded run's peak for a trace replay (any positive ratio).
+    Ratio(f64),
+    /// No limit: memory is only counted.
+    #[default]
+    Unbounded,
+}
+
+impl Budget {
+    /// The budget in bytes: a ratio is taken of `reference()`, which is
+    /// only asked for then. Errors on a ratio that is not positive and finite.
+    pub fn resolve(self, reference: impl FnOnce() -> Result<u64>) -> Result<Option<u64>> {
+        match self {
+            Budget::Bytes(bytes) => Ok(Some(bytes)),
+            Budget::Unbounded => Ok(None),
+            Budget::Ratio(ratio) if ratio.is_finite() && ratio > 0.0 => {
+                Ok(Some((ratio * reference()? as f64).floor() as u64))
+            }
+            Budget::Ratio(ratio) => Err(Error::InvalidArgument(format!(
+                "a budget ratio must be positive and finite, got {ratio}"
+            ))),
+        }
+    }
+}
+
+/// Some bytes, or unbounded.
+impl From<Option<u64>> for Budget {
+    fn from(bytes: Option<u64>) -> Budget {
+        bytes.map_or(Budget::Unbounded, Budget::Bytes)
+    }
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Budget::Bytes(bytes) => write!(f, "{}", bytesize::ByteSize::b(*bytes)),
+            Budget::Ratio(ratio) => write!(f, "{ratio}×"),
+            Budget::Unbounded => f.write_str("unbounded"),
+        }
+    }
+}
+
+/// Parses a size in bytes: `4096`, `64MiB`, `1.5 GB` (SI and binary units,
+/// case-insensitive).
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let text = text.trim();
+    let number_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let bad = |why: &str| Error::InvalidArgument(format!("`{text}` is not a size: {why}"));
+    if number_end == 0 || text[..number_end].parse::<f64>().is_err() {
+        return Err(bad("expected a number and a unit, like 1.5GiB"));
+    }
+    text.parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|_| bad("the units are B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"))
+}
 
 /// How the interpreter manages memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// The memory budget in bytes; `None` runs unbounded.
-    pub budget_bytes: Option<u64>,
-    /// A budget as this fraction (0, 1] of the backend's device memory,
-    /// resolved to bytes when the interpreter starts; exclusive with
-    /// `budget_bytes`.
-    pub device_memory_fraction: Option<f64>,
+    /// The memory budget; a ratio is of the backend's device memory,
+    /// resolved to bytes when the interpreter starts.
+    pub budget: Budget,
     /// The eviction heuristic, by registry name (see [`crate::policy::heuristic_names`]).
     pub heuristic: String,
     /// Evict a storage as soon as no user handle refers to it, keeping its
@@ -45,8 +111,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            budget_bytes: None,
-            device_memory_fraction: None,
+            budget: Budget::Unbounded,
             heuristic: "dtr-eq".into(),
             eager_eviction: true,
             record_events: false,
@@ -61,21 +126,23 @@ impl Default for Config {
 }
 
 impl Config {
-    pub fn with_budget_bytes(mut self, budget_bytes: u64) -> Config {
-        self.budget_bytes = Some(budget_bytes);
+    pub fn with_budget(mut self, budget: Budget) -> Config {
+        self.budget = budget;
         self
+    }
+
+    pub fn with_budget_bytes(self, budget_bytes: u64) -> Config {
+        self.with_budget(Budget::Bytes(budget_bytes))
     }
 
     /// A budget of `fraction` of the device's memory (see
     /// [`crate::Backend::device_memory_bytes`]).
-    pub fn with_device_memory_fraction(mut self, fraction: f64) -> Config {
-        self.device_memory_fraction = Some(fraction);
-        self
+    pub fn with_device_memory_fraction(self, fraction: f64) -> Config {
+        self.with_budget(Budget::Ratio(fraction))
     }
 
-    pub fn unbounded(mut self) -> Config {
-        self.budget_bytes = None;
-        self
+    pub fn unbounded(self) -> Config {
+        self.with_budget(Budget::Unbounded)
     }
 
     pub fn with_heuristic(mut self, name: impl Into<String>) -> Config {
@@ -128,5 +195,40 @@ impl Config {
     pub fn with_events(mut self, record: bool) -> Config {
         self.record_events = record;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_si_and_binary_units() {
+        for (text, bytes) in [
+            ("4096", 4096),
+            ("4096B", 4096),
+            ("1.5KiB", 1536),
+            ("64MiB", 64 << 20),
+            ("1 GiB", 1 << 30),
+            ("800MB", 800_000_000),
+            ("2gb", 2_000_000_000),
+        ] {
+            assert_eq!(parse_bytes(text).unwrap(), bytes, "{text}");
+        }
+        for bad in ["", "MiB", "-1", "1.5XB", "GiB1", "nan"] {
+            let error = parse_bytes(bad).unwrap_err().to_string();
+            assert!(error.contains("is not a size"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_ratio_is_resolved_against_its_reference_only_when_asked() {
+        let never = || -> Result<u64> { panic!("no reference needed") };
+        assert_eq!(Budget::Bytes(7).resolve(never).unwrap(), Some(7));
+        assert_eq!(Budget::Unbounded.resolve(never).unwrap(), None);
+        assert_eq!(Budget::Ratio(0.5).resolve(|| Ok(1001)).unwrap(), Some(500));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(Budget::Ratio(bad).resolve(|| Ok(1)).is_err(), "{bad}");
+        }
     }
 }

@@ -6,11 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dtr::experiments::timeline::Timeline;
+use dtr::experiments::{Policy, RunSpec, Workload};
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
-use dtr::trace::replay::{baseline, replay, replay_observed, Baseline, Kernels, ReplayReport};
+use dtr::trace::replay::baseline;
 use dtr::trace::{self, TraceFormat};
-use dtr::{Config, Interpreter, SimulatorBackend};
+use dtr::Budget;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -59,11 +60,13 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         format: FormatArg,
         /// Budget as a fraction of the unbounded run's peak (floored to bytes).
-        #[arg(long, conflicts_with = "budget", required_unless_present = "budget")]
+        #[arg(long, conflicts_with = "budget")]
         ratio: Option<f64>,
         /// Budget in bytes; accepts KiB, MiB, GiB, KB, MB, GB suffixes.
         #[arg(long, value_parser = parse_bytes)]
         budget: Option<u64>,
+        /// An eviction heuristic (see `dtr heuristics`), or `static-sqrt`
+        /// for static √N checkpointing, which takes no budget.
         #[arg(long, default_value = "dtr")]
         heuristic: String,
         #[arg(long, value_enum, default_value = "counter")]
@@ -184,117 +187,69 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The smallest budget each trace runs in, per heuristic and memory
+    /// model: bisection over the ratio of the unbounded peak.
+    Fit {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "auto")]
+        format: FormatArg,
+        /// Heuristics, comma-separated (see `dtr heuristics`).
+        #[arg(long, value_delimiter = ',', default_value = "dtr")]
+        heuristics: Vec<String>,
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "counter")]
+        memory: Vec<MemoryArg>,
+        #[arg(long, value_enum, default_value = "all")]
+        sampling: SamplingArg,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// A run completes only if its compute stays within this multiple
+        /// of the unbounded run's.
+        #[arg(long, default_value_t = 2.0)]
+        thrash_limit: f64,
+        /// Stop bisecting once the bracket is narrower than this.
+        #[arg(long, default_value_t = 0.01)]
+        precision: f64,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the eviction heuristics and what each one scores.
     Heuristics,
 }
 
 /// Parses `1234`, `64MiB`, `1.5GB`, … into bytes.
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KB" => 1000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        other => {
-            return Err(format!(
-                "unknown unit `{other}` (use B, KB, MB, GB, KiB, MiB or GiB)"
-            ))
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a byte count"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("`{text}` is not a byte count"));
-    }
-    Ok((value * scale as f64).floor() as u64)
+    dtr::parse_bytes(text).map_err(|error| error.to_string())
 }
 
-fn load(path: &std::path::Path, format: FormatArg) -> dtr::Result<(trace::Trace, TraceFormat)> {
-    let format = match format {
+fn trace_format(format: FormatArg) -> Option<TraceFormat> {
+    match format {
         FormatArg::Auto => None,
         FormatArg::Dtr => Some(TraceFormat::Native),
         FormatArg::Simrd => Some(TraceFormat::Simrd),
-    };
-    trace::load(path, format)
-}
-
-struct ReplayArgs {
-    ratio: Option<f64>,
-    budget: Option<u64>,
-    heuristic: String,
-    thrash_limit: f64,
-    memory: MemoryModel,
-    sampling: Sampling,
-    seed: u64,
-}
-
-fn run_replay(
-    path: &std::path::Path,
-    format: FormatArg,
-    args: &ReplayArgs,
-    timeline: Option<&mut Timeline>,
-) -> dtr::Result<(
-    Baseline,
-    u64,
-    ReplayReport,
-    Option<dtr::memory::ArenaReport>,
-)> {
-    let (trace, format) = load(path, format)?;
-    let base = baseline(&trace);
-    let budget = match (args.ratio, args.budget) {
-        (Some(ratio), _) if ratio.is_finite() && ratio > 0.0 => {
-            (ratio * base.peak_bytes as f64).floor() as u64
-        }
-        (Some(ratio), _) => {
-            return Err(dtr::Error::InvalidArgument(format!(
-                "--ratio must be positive, got {ratio}"
-            )))
-        }
-        (None, Some(bytes)) => bytes,
-        (None, None) => {
-            return Err(dtr::Error::InvalidArgument(
-                "give --ratio or --budget".into(),
-            ))
-        }
-    };
-    if args.thrash_limit.is_nan() || args.thrash_limit < 1.0 {
-        return Err(dtr::Error::InvalidArgument(format!(
-            "--thrash-limit must be at least 1, got {}",
-            args.thrash_limit
-        )));
     }
-    let config = Config::default()
-        .with_budget_bytes(budget)
-        .with_heuristic(args.heuristic.clone())
-        // The authors' logs follow their simulator's conventions (see README).
-        .with_simulator_conventions(format == TraceFormat::Simrd)
-        .with_remat_limit(((args.thrash_limit - 1.0) * base.compute as f64).floor() as u64)
-        .with_memory(args.memory)
-        .with_sampling(args.sampling)
-        .with_seed(args.seed);
-    let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
-    let report = match timeline {
-        Some(timeline) => replay_observed(
-            &trace,
-            &mut interpreter,
-            Kernels::Recorded,
-            |clock, dtr, _| {
-                timeline.observe(clock, dtr);
-                Ok(())
-            },
-        )?,
-        None => replay(&trace, &mut interpreter, Kernels::Recorded)?,
-    };
-    Ok((base, budget, report, interpreter.memory().arena))
+}
+
+fn load(path: &std::path::Path, format: FormatArg) -> dtr::Result<(trace::Trace, TraceFormat)> {
+    trace::load(path, trace_format(format))
+}
+
+fn memory_model(memory: MemoryArg) -> MemoryModel {
+    match memory {
+        MemoryArg::Counter => MemoryModel::Counter,
+        MemoryArg::Arena => MemoryModel::arena(),
+    }
+}
+
+fn sampling_kind(sampling: SamplingArg) -> Sampling {
+    match sampling {
+        SamplingArg::All => Sampling::All,
+        SamplingArg::Sqrt => Sampling::Sqrt,
+    }
 }
 
 /// Whether a timeline at `path` is CSV (else SVG); checked before the
@@ -392,35 +347,48 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             json,
             timeline,
         } => {
-            let args = ReplayArgs {
-                ratio,
-                budget,
-                heuristic: heuristic.clone(),
-                thrash_limit,
-                memory: match memory {
-                    MemoryArg::Counter => MemoryModel::Counter,
-                    MemoryArg::Arena => MemoryModel::arena(),
+            let spec = RunSpec {
+                policy: Policy::from(heuristic.as_str()),
+                budget: match (ratio, budget) {
+                    (Some(ratio), _) => Budget::Ratio(ratio),
+                    (None, Some(bytes)) => Budget::Bytes(bytes),
+                    (None, None) => Budget::Unbounded,
                 },
-                sampling: match sampling {
-                    SamplingArg::All => Sampling::All,
-                    SamplingArg::Sqrt => Sampling::Sqrt,
-                },
+                memory: memory_model(memory),
+                sampling: sampling_kind(sampling),
                 seed,
+                thrash_limit,
             };
+            spec.validate()?;
+            if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {
+                return Err(dtr::Error::InvalidArgument(
+                    "give --ratio or --budget".into(),
+                ));
+            }
             if let Some(path) = &timeline {
+                if !spec.policy.takes_budget() {
+                    return Err(dtr::Error::InvalidArgument(format!(
+                        "--timeline follows a heuristic's run; `{heuristic}` is a static plan"
+                    )));
+                }
                 timeline_is_csv(path, &trace)?;
             }
+            let workload = Workload::load(&trace, trace_format(format))?;
             let mut samples = timeline.as_ref().map(|_| Timeline::new());
-            let (base, budget, report, arena) =
-                run_replay(&trace, format, &args, samples.as_mut())?;
-            let overhead = report.stats.compute as f64 / base.compute.max(1) as f64;
+            let outcome = spec.run_observed(&workload, |index, dtr| {
+                if let Some(samples) = samples.as_mut() {
+                    samples.observe(index, dtr);
+                }
+            })?;
+            let (base, report, arena) = (&workload.baseline, &outcome.report, outcome.arena);
+            let (budget, overhead) = (outcome.budget_bytes, outcome.overhead);
             if json {
                 let object = json!({
                     "trace": trace.display().to_string(),
                     "status": report.status.as_str(),
                     "heuristic": heuristic,
                     "memory": if arena.is_some() { "arena" } else { "counter" },
-                    "sampling": if args.sampling == Sampling::Sqrt { "sqrt" } else { "all" },
+                    "sampling": if spec.sampling == Sampling::Sqrt { "sqrt" } else { "all" },
                     "seed": seed,
                     "budget_bytes": budget,
                     "baseline_peak_bytes": base.peak_bytes,
@@ -444,11 +412,17 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                     trace.display(),
                     report.status.as_str()
                 );
-                println!(
-                    "  budget          {budget} B ({:.3} of the {} B baseline peak)",
-                    budget as f64 / base.peak_bytes.max(1) as f64,
-                    base.peak_bytes
-                );
+                match budget {
+                    Some(budget) => println!(
+                        "  budget          {budget} B ({:.3} of the {} B baseline peak)",
+                        budget as f64 / base.peak_bytes.max(1) as f64,
+                        base.peak_bytes
+                    ),
+                    None => println!(
+                        "  budget          none (a static plan; {:.3} of the {} B baseline peak)",
+                        outcome.ratio, base.peak_bytes
+                    ),
+                }
                 println!("  peak            {} B", report.peak_bytes);
                 println!(
                     "  overhead        {overhead:.4} ({} of {} compute units recomputed)",
@@ -468,7 +442,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 }
             }
             // After the result is printed: a failed write loses only itself.
-            if let (Some(path), Some(samples)) = (&timeline, &samples) {
+            if let (Some(path), Some(samples), Some(budget)) = (&timeline, &samples, budget) {
                 write_timeline(path, samples, &trace, &heuristic, budget, base.peak_bytes)?;
             }
             Ok(ExitCode::SUCCESS)
@@ -519,16 +493,6 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             shard,
             out,
         } => {
-            if ratios.iter().any(|r| !r.is_finite() || *r <= 0.0) {
-                return Err(dtr::Error::InvalidArgument(
-                    "--ratios must be positive numbers".into(),
-                ));
-            }
-            if thrash_limit.is_nan() || thrash_limit < 1.0 {
-                return Err(dtr::Error::InvalidArgument(format!(
-                    "--thrash-limit must be at least 1, got {thrash_limit}"
-                )));
-            }
             let heuristics = if heuristics.iter().any(|h| h == "all") {
                 dtr::policy::heuristic_names()
                     .filter(|h| *h != "dtr-walk")
@@ -541,20 +505,8 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             let spec = dtr::experiments::SweepSpec {
                 traces,
                 heuristics,
-                memories: memory
-                    .iter()
-                    .map(|m| match m {
-                        MemoryArg::Counter => MemoryModel::Counter,
-                        MemoryArg::Arena => MemoryModel::arena(),
-                    })
-                    .collect(),
-                samplings: sampling
-                    .iter()
-                    .map(|s| match s {
-                        SamplingArg::All => Sampling::All,
-                        SamplingArg::Sqrt => Sampling::Sqrt,
-                    })
-                    .collect(),
+                memories: memory.into_iter().map(memory_model).collect(),
+                samplings: sampling.into_iter().map(sampling_kind).collect(),
                 seeds,
                 ratios,
                 thrash_limit,
@@ -564,6 +516,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 .map(dtr::experiments::Shard::parse)
                 .transpose()?;
             let jobs = jobs_or_cores(jobs);
+            spec.validate()?;
             dtr::experiments::prepare_out(&out)?;
             let rows = spec.run(shard, jobs, &progress("sweep"))?;
             dtr::experiments::write_results(&out, &rows)?;
@@ -636,6 +589,97 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             dtr::experiments::write_results(&out, &rows)?;
             dtr::experiments::plot::plot_all(&rows, &out)?;
             print!("{}", dtr::experiments::summary(&rows));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fit {
+            traces,
+            format,
+            heuristics,
+            memory,
+            sampling,
+            seed,
+            thrash_limit,
+            precision,
+            jobs,
+            json,
+        } => {
+            let specs: Vec<RunSpec> = heuristics
+                .iter()
+                .flat_map(|heuristic| {
+                    memory.iter().map(move |&memory| RunSpec {
+                        policy: Policy::from(heuristic.as_str()),
+                        memory: memory_model(memory),
+                        sampling: sampling_kind(sampling),
+                        seed,
+                        thrash_limit,
+                        ..RunSpec::default()
+                    })
+                })
+                .collect();
+            for spec in &specs {
+                spec.validate()?;
+            }
+            let workloads: Vec<Workload> = traces
+                .iter()
+                .map(|path| Workload::load(path, trace_format(format)))
+                .collect::<dtr::Result<_>>()?;
+            let cells: Vec<(usize, usize)> = (0..traces.len())
+                .flat_map(|t| (0..specs.len()).map(move |s| (t, s)))
+                .collect();
+            let fits = dtr::experiments::parallel_map(
+                &cells,
+                jobs_or_cores(jobs),
+                &progress("fit"),
+                |&(t, s)| {
+                    dtr::experiments::fit::smallest_ratio(&workloads[t], &specs[s], precision)
+                },
+            )
+            .into_iter()
+            .collect::<dtr::Result<Vec<_>>>()?;
+            let memory_name = |spec: &RunSpec| match spec.memory {
+                MemoryModel::Counter => "counter",
+                MemoryModel::Arena { .. } => "arena",
+            };
+            if json {
+                let objects: Vec<serde_json::Value> = cells
+                    .iter()
+                    .zip(&fits)
+                    .map(|(&(t, s), fit)| {
+                        json!({
+                            "trace": traces[t].display().to_string(),
+                            "heuristic": specs[s].policy.name(),
+                            "memory": memory_name(&specs[s]),
+                            "ratio": fit.ratio,
+                            "budget_bytes": fit.budget_bytes,
+                            "overhead": fit.overhead,
+                            "fails_at": fit.fails_at,
+                            "probes": fit.probes,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::Array(objects));
+            } else {
+                // One table per memory model: a row per trace, a column per heuristic.
+                for m in 0..memory.len() {
+                    let name = memory_name(&specs[m]);
+                    println!(
+                        "{name} memory: smallest ratio of the unbounded peak that completes\n"
+                    );
+                    println!("| trace | {} |", heuristics.join(" | "));
+                    println!("|---|{}", "---:|".repeat(heuristics.len()));
+                    for (t, trace) in traces.iter().enumerate() {
+                        let ratios: Vec<String> = (0..heuristics.len())
+                            .map(|h| {
+                                let s = h * memory.len() + m;
+                                let fit = &fits[t * specs.len() + s];
+                                fit.ratio.map_or("—".into(), |r| format!("{r:.3}"))
+                            })
+                            .collect();
+                        println!("| {} | {} |", trace.display(), ratios.join(" | "));
+                    }
+                    println!();
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Heuristics => {

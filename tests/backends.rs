@@ -502,12 +502,6 @@ fn a_budget_can_be_a_fraction_of_device_memory() {
             Config::default().with_device_memory_fraction(1.5),
             "not in (0, 1]",
         ),
-        (
-            Config::default()
-                .with_budget_bytes(1024)
-                .with_device_memory_fraction(0.5),
-            "not both",
-        ),
     ] {
         let error = Interpreter::new(CpuBackend::new(), config).err().unwrap();
         assert!(error.to_string().contains(expected), "{error}");

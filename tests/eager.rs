@@ -172,10 +172,7 @@ fn gradients_accumulate_until_cleared_and_backward_runs_once() {
 
 /// A small GPT-style decoder trained with Adam.
 fn train_transformer(budget: Option<u64>, steps: usize) -> (Vec<f32>, u64, dtr::Stats, usize) {
-    let config = Config {
-        budget_bytes: budget,
-        ..Config::default()
-    };
+    let config = Config::default().with_budget(budget.into());
     let s = Session::new(CpuBackend::new(), config).unwrap();
     let mut rng = s.rng(3);
     let (vocab, dim, time, batch) = (11, 16, 16, 16);

@@ -73,8 +73,11 @@ struct Runner {
 impl Runner {
     fn new(mut config: Config) -> Runner {
         // Room for the two parameters, even in an arena of 256-byte blocks.
-        let budget = config.budget_bytes.map(|b| b.max(512));
-        config.budget_bytes = budget;
+        let budget = match config.budget {
+            dtr::Budget::Bytes(bytes) => Some(bytes.max(512)),
+            _ => None,
+        };
+        config.budget = budget.into();
         let retains_history = config.retain_history;
         let mut dtr = Interpreter::new(CpuBackend::new(), config).unwrap();
         let gamma = dtr.put(&[1.0, 0.5, -1.0, 2.0], &[4]).unwrap();

@@ -139,3 +139,48 @@ agreement_tests! {
     unet => "unet",
     unroll_gan => "unroll_gan",
 }
+
+/// The sweep of the issue that reshaped the run path, pinned: every cell of
+/// `dtr sweep LOGS --heuristics dtr,dtr-eq,dtr-local,msps,lru,size --ratios
+/// 1,0.9,…,0.2 --memory counter` as it was before (wall times aside).
+#[test]
+fn the_counter_sweep_over_the_authors_logs_is_unchanged() {
+    let Some(dir) = traces_dir() else {
+        eprintln!("SKIPPED: ../shared/traces/dtr-prototype is not beside the project (set DTR_PROTOTYPE_TRACES)");
+        return;
+    };
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    traces.sort();
+    let spec = dtr::experiments::SweepSpec {
+        traces,
+        heuristics: ["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size"]
+            .map(String::from)
+            .to_vec(),
+        memories: vec![dtr::memory::MemoryModel::Counter],
+        samplings: vec![dtr::policy::Sampling::All],
+        seeds: 1,
+        ratios: vec![1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2],
+        thrash_limit: 2.0,
+    };
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut rows = spec.run(None, jobs, &|_, _| {}).unwrap();
+    for row in &mut rows {
+        let name = Path::new(&row.trace).file_name().unwrap();
+        row.trace = name.to_string_lossy().into_owned();
+    }
+    let csv = dtr::experiments::to_csv(&rows);
+    let without_wall_time: String = csv
+        .lines()
+        .map(|line| &line[..line.rfind(',').unwrap()])
+        .flat_map(|line| [line, "\n"])
+        .collect();
+    let pinned = include_str!("data/sweep-dtr-prototype-counter.csv");
+    for (now, before) in without_wall_time.lines().zip(pinned.lines()) {
+        assert_eq!(now, before);
+    }
+    assert_eq!(without_wall_time.lines().count(), pinned.lines().count());
+}

@@ -139,8 +139,10 @@ mod workloads {
     ) -> (dtr::trace::replay::ReplayReport, u64) {
         let trace = generate(workload, "generated").unwrap();
         let base = baseline(&trace);
-        let mut config = Config::default().with_heuristic(heuristic);
-        config.budget_bytes = budget_units.map(|u| u << 20);
+        let budget = budget_units.map_or(dtr::Budget::Unbounded, |u| dtr::Budget::Bytes(u << 20));
+        let config = Config::default()
+            .with_heuristic(heuristic)
+            .with_budget(budget);
         let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
         (
             replay(&trace, &mut dtr, Kernels::Recorded).unwrap(),

@@ -72,8 +72,9 @@ fn train_once<B: Backend, M: Model>(
     budget: Option<u64>,
     record: Option<&PathBuf>,
 ) -> dtr::Result<Run> {
-    let mut config = Config::default().with_heuristic(args.policy.clone());
-    config.budget_bytes = budget;
+    let config = Config::default()
+        .with_heuristic(args.policy.clone())
+        .with_budget(budget.into());
     let session = Session::new(backend, config)?;
     let io = |path: &PathBuf, e: std::io::Error| {
         dtr::Error::InvalidArgument(format!("--record {}: {e}", path.display()))

@@ -197,8 +197,10 @@ impl Engine {
         heuristic: &str,
         seed: u64,
     ) -> PyResult<Self> {
-        let mut config = Config::default().with_heuristic(heuristic).with_seed(seed);
-        config.budget_bytes = budget_bytes;
+        let config = Config::default()
+            .with_heuristic(heuristic)
+            .with_seed(seed)
+            .with_budget(budget_bytes.into());
         let backend = TorchBackend {
             host,
             ran: None,
@@ -390,10 +392,17 @@ fn heuristics() -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// Bytes from a size such as `"1.5GiB"`, `"800MB"` or `"4096"`; `ValueError` if it is not one.
+#[pyfunction]
+fn parse_bytes(text: &str) -> PyResult<u64> {
+    dtr::parse_bytes(text).map_err(|error| PyValueError::new_err(error.to_string()))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Engine>()?;
     m.add_function(wrap_pyfunction!(heuristics, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add("OutOfMemoryError", m.py().get_type::<OutOfMemoryError>())?;
     Ok(())
 }

@@ -8,13 +8,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::CheckpointPlan;
 use super::generate::{generate, Workload, UNIT};
+use super::run::{self, Policy, RunSpec};
 use super::{parallel_map, revolve, STATIC_CHECKPOINTING};
+use crate::config::Budget;
 use crate::error::{Error, Result};
-use crate::interp::Interpreter;
-use crate::trace::replay::{replay, Kernels};
-use crate::{Config, SimulatorBackend};
+use crate::trace::TraceFormat;
 
 /// The Revolve optimum's name in the results.
 pub const REVOLVE: &str = "revolve";
@@ -50,7 +49,11 @@ pub fn run(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<ChainRow>> {
     for name in heuristics {
-        crate::policy::heuristic_by_name(name, 0)?;
+        RunSpec {
+            policy: Policy::from(name.as_str()),
+            ..RunSpec::default()
+        }
+        .validate()?;
     }
     let policies: Vec<&str> = heuristics
         .iter()
@@ -91,27 +94,20 @@ fn run_one(length: usize, policy: &str) -> Result<ChainRow> {
         });
     }
     let trace = generate(Workload::Chain { length }, &format!("chain-{length}"))?;
-    let (report, peak) = if policy == STATIC_CHECKPOINTING {
-        let plan = CheckpointPlan::new(&trace)?;
-        let config = Config::default().with_events(true);
-        let mut dtr = Interpreter::new(SimulatorBackend::new(), config)?;
-        let report = plan.run(&trace, &mut dtr, Kernels::Recorded)?;
-        let peak = report.peak_bytes;
-        (report, peak)
-    } else {
-        let config = Config::default()
-            .with_budget_bytes(units * UNIT)
-            .with_heuristic(policy)
-            .with_remat_limit(10 * baseline_compute);
-        let mut dtr = Interpreter::new(SimulatorBackend::new(), config)?;
-        let report = replay(&trace, &mut dtr, Kernels::Recorded)?;
-        let peak = report.peak_bytes;
-        (report, peak)
+    let spec = RunSpec {
+        policy: Policy::from(policy),
+        budget: Budget::Bytes(units * UNIT),
+        // 10× the unbounded compute recomputed at most.
+        thrash_limit: 11.0,
+        ..RunSpec::default()
     };
+    let report = spec
+        .run(&run::Workload::new(trace, TraceFormat::Native))?
+        .report;
     Ok(row(
         report.status.as_str(),
         report.stats.compute,
-        peak,
+        report.peak_bytes,
         report.stats.rematerializations,
         report.wall_seconds,
     ))

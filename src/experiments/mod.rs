@@ -4,10 +4,12 @@
 
 pub mod chains;
 pub mod checkpoint;
+pub mod fit;
 pub mod generate;
 #[cfg(feature = "plot")]
 pub mod plot;
 pub mod revolve;
+pub mod run;
 pub mod timeline;
 
 use std::path::{Path, PathBuf};
@@ -16,19 +18,11 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::Budget;
 use crate::error::{Error, Result};
-use crate::interp::Interpreter;
 use crate::memory::MemoryModel;
 use crate::policy::Sampling;
-use crate::trace::replay::{baseline, replay, Baseline, Kernels};
-use crate::trace::{self, Trace, TraceFormat};
-use crate::SimulatorBackend;
-
-/// The name under which static √N checkpointing ([`checkpoint`]) runs in a
-/// sweep beside the heuristics: one unbounded run per trace and memory
-/// model, whose ratio is the peak it reached.
-pub const STATIC_CHECKPOINTING: &str = "static-sqrt";
+pub use run::{Outcome, Policy, RunSpec, Workload, STATIC_CHECKPOINTING};
 
 /// The grid to run.
 #[derive(Debug, Clone)]
@@ -167,21 +161,11 @@ impl SweepSpec {
         jobs: usize,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Vec<Row>> {
-        for name in self
-            .heuristics
-            .iter()
-            .filter(|h| *h != STATIC_CHECKPOINTING)
-        {
-            crate::policy::heuristic_by_name(name, 0)?;
-        }
-        let loaded: Vec<(Trace, TraceFormat, Baseline)> = self
+        self.validate()?;
+        let loaded: Vec<Workload> = self
             .traces
             .iter()
-            .map(|path| {
-                let (trace, format) = trace::load(path, None)?;
-                let base = baseline(&trace);
-                Ok((trace, format, base))
-            })
+            .map(|path| Workload::load(path, None))
             .collect::<Result<_>>()?;
         let cells: Vec<Cell> = self
             .cells()
@@ -189,61 +173,64 @@ impl SweepSpec {
             .filter(|c| shard.is_none_or(|s| s.owns(c.index)))
             .collect();
         parallel_map(&cells, jobs, progress, |cell| {
-            self.run_cell(cell, &loaded[cell.trace])
+            let outcome = self.spec(cell).run(&loaded[cell.trace])?;
+            Ok(self.row(cell, outcome))
         })
         .into_iter()
         .collect()
     }
 
-    fn run_cell(
-        &self,
-        cell: &Cell,
-        (trace, format, base): &(Trace, TraceFormat, Baseline),
-    ) -> Result<Row> {
-        let (memory, sampling) = (self.memories[cell.memory], self.samplings[cell.sampling]);
-        let config = Config::default()
-            .with_simulator_conventions(*format == TraceFormat::Simrd)
-            .with_memory(memory)
-            .with_sampling(sampling)
-            .with_seed(cell.seed);
-        let (ratio, budget, report, interpreter) = if self.heuristics[cell.heuristic]
-            == STATIC_CHECKPOINTING
-        {
-            let plan = checkpoint::CheckpointPlan::new(trace)?;
-            let mut interpreter =
-                Interpreter::new(SimulatorBackend::new(), config.with_events(true))?;
-            let report = plan.run(trace, &mut interpreter, Kernels::Recorded)?;
-            let ratio = report.peak_bytes as f64 / base.peak_bytes.max(1) as f64;
-            (ratio, report.peak_bytes, report, interpreter)
-        } else {
-            let ratio = self.ratios[cell.ratio];
-            let budget = (ratio * base.peak_bytes as f64).floor() as u64;
-            let config = config
-                .with_budget_bytes(budget)
-                .with_heuristic(self.heuristics[cell.heuristic].clone())
-                .with_remat_limit(((self.thrash_limit - 1.0) * base.compute as f64).floor() as u64);
-            let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
-            let report = replay(trace, &mut interpreter, Kernels::Recorded)?;
-            (ratio, budget, report, interpreter)
+    /// Checks every cell's options, so a bad one fails before the first run.
+    pub fn validate(&self) -> Result<()> {
+        self.cells()
+            .iter()
+            .try_for_each(|cell| self.spec(cell).validate())
+    }
+
+    /// What one cell runs.
+    fn spec(&self, cell: &Cell) -> RunSpec {
+        let policy = Policy::from(self.heuristics[cell.heuristic].as_str());
+        let budget = match policy {
+            Policy::StaticSqrt => Budget::Unbounded,
+            Policy::Heuristic(_) => Budget::Ratio(self.ratios[cell.ratio]),
         };
-        Ok(Row {
+        RunSpec {
+            policy,
+            budget,
+            memory: self.memories[cell.memory],
+            sampling: self.samplings[cell.sampling],
+            seed: cell.seed,
+            thrash_limit: self.thrash_limit,
+        }
+    }
+
+    fn row(&self, cell: &Cell, outcome: Outcome) -> Row {
+        let Outcome {
+            budget_bytes,
+            ratio,
+            overhead,
+            report,
+            arena,
+        } = outcome;
+        Row {
             index: cell.index,
             trace: self.traces[cell.trace].display().to_string(),
             heuristic: self.heuristics[cell.heuristic].clone(),
-            memory: memory_name(memory).into(),
-            sampling: sampling_name(sampling).into(),
+            memory: memory_name(self.memories[cell.memory]).into(),
+            sampling: sampling_name(self.samplings[cell.sampling]).into(),
             seed: cell.seed,
             ratio,
-            budget_bytes: budget,
+            // A static plan's budget is the peak it reached.
+            budget_bytes: budget_bytes.unwrap_or(report.peak_bytes),
             status: report.status.as_str().into(),
-            overhead: report.stats.compute as f64 / base.compute.max(1) as f64,
+            overhead,
             remat_compute: report.stats.remat_compute,
             peak_bytes: report.peak_bytes,
             evictions: report.stats.evictions,
             rematerializations: report.stats.rematerializations,
-            fragmentation: interpreter.memory().arena.map(|a| a.fragmentation),
+            fragmentation: arena.map(|a| a.fragmentation),
             wall_seconds: report.wall_seconds,
-        })
+        }
     }
 }
 

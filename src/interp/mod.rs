@@ -20,7 +20,7 @@ use slotmap::SecondaryMap;
 use smallvec::{smallvec, SmallVec};
 
 use crate::backend::Backend;
-use crate::config::Config;
+use crate::config::{Budget, Config};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId, OpNode, Residency, StorageInfo, TensorId, TensorInfo};
 use crate::memory::{Block, Memory};
@@ -64,12 +64,7 @@ pub struct MemoryReport {
 }
 
 /// `fraction` of the backend's device memory, in bytes.
-fn device_budget<B: Backend>(backend: &B, config: &Config, fraction: f64) -> Result<u64> {
-    if config.budget_bytes.is_some() {
-        return Err(Error::InvalidArgument(
-            "give the budget in bytes or as a fraction of device memory, not both".into(),
-        ));
-    }
+fn device_budget<B: Backend>(backend: &B, fraction: f64) -> Result<u64> {
     if !(fraction > 0.0 && fraction <= 1.0) {
         return Err(Error::InvalidArgument(format!(
             "device memory fraction {fraction} is not in (0, 1]"
@@ -85,14 +80,19 @@ fn device_budget<B: Backend>(backend: &B, config: &Config, fraction: f64) -> Res
 }
 
 impl<B: Backend> Interpreter<B> {
+    /// An interpreter on `backend`; a budget given as a ratio is resolved
+    /// to bytes of the backend's device memory now.
     pub fn new(backend: B, mut config: Config) -> Result<Interpreter<B>> {
-        if let Some(fraction) = config.device_memory_fraction {
-            config.budget_bytes = Some(device_budget(&backend, &config, fraction)?);
-        }
+        let budget_bytes = match config.budget {
+            Budget::Bytes(bytes) => Some(bytes),
+            Budget::Ratio(fraction) => Some(device_budget(&backend, fraction)?),
+            Budget::Unbounded => None,
+        };
+        config.budget = budget_bytes.into();
         Ok(Interpreter {
             backend,
             graph: Graph::new(),
-            table: StorageTable::new(Memory::new(config.memory, config.budget_bytes)),
+            table: StorageTable::new(Memory::new(config.memory, budget_bytes)),
             heuristic: heuristic_by_name(&config.heuristic, config.seed)?,
             search: CandidateSearch::new(config.sampling, config.seed),
             config,
@@ -391,7 +391,7 @@ impl<B: Backend> Interpreter<B> {
     /// the next allocation, which evicts down to it.
     pub fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
         self.table.set_budget_bytes(budget_bytes);
-        self.config.budget_bytes = budget_bytes;
+        self.config.budget = budget_bytes.into();
     }
 
     pub fn dims(&self, tensor: TensorId) -> Result<&[usize]> {

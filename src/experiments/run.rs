@@ -1,0 +1,223 @@
+//! One configured replay of a trace on the simulator: the single path that
+//! `dtr replay`, sweeps, chains, `dtr fit` and the benchmarks run through,
+//! with every option validated in one place.
+//!
+//! `RunSpec` (what to run) + `Workload` (a loaded trace and its unbounded
+//! baseline) → `Outcome` (what happened) → [`super::Row`] (one line of a
+//! sweep's results).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::CheckpointPlan;
+use crate::config::{Budget, Config};
+use crate::error::{Error, Result};
+use crate::interp::Interpreter;
+use crate::memory::{ArenaReport, MemoryModel};
+use crate::policy::{heuristic_by_name, Sampling};
+use crate::trace::replay::{baseline, replay_observed, Baseline, Kernels, ReplayReport};
+use crate::trace::{self, Trace, TraceFormat};
+use crate::SimulatorBackend;
+
+/// The name under which static √N checkpointing runs beside the heuristics.
+pub const STATIC_CHECKPOINTING: &str = "static-sqrt";
+
+/// What decides evictions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", from = "String")]
+pub enum Policy {
+    /// An eviction heuristic of [`crate::policy::heuristic_names`], under the budget.
+    Heuristic(String),
+    /// Static √N checkpointing (Chen et al. 2016): a plan made before the
+    /// run, which needs no budget; the peak it reaches is its result.
+    StaticSqrt,
+}
+
+impl Policy {
+    pub fn name(&self) -> &str {
+        match self {
+            Policy::Heuristic(name) => name,
+            Policy::StaticSqrt => STATIC_CHECKPOINTING,
+        }
+    }
+
+    /// Whether the run is decided by a budget (else by a static plan).
+    pub fn takes_budget(&self) -> bool {
+        matches!(self, Policy::Heuristic(_))
+    }
+}
+
+impl From<String> for Policy {
+    fn from(name: String) -> Policy {
+        if name == STATIC_CHECKPOINTING {
+            Policy::StaticSqrt
+        } else {
+            Policy::Heuristic(name)
+        }
+    }
+}
+
+impl From<&str> for Policy {
+    fn from(name: &str) -> Policy {
+        Policy::from(name.to_string())
+    }
+}
+
+impl From<Policy> for String {
+    fn from(policy: Policy) -> String {
+        policy.name().to_string()
+    }
+}
+
+/// A trace ready to run: loaded once, its unbounded baseline computed once.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub trace: Trace,
+    pub format: TraceFormat,
+    pub baseline: Baseline,
+}
+
+impl Workload {
+    pub fn new(trace: Trace, format: TraceFormat) -> Workload {
+        let baseline = baseline(&trace);
+        Workload {
+            trace,
+            format,
+            baseline,
+        }
+    }
+
+    /// Reads a trace (format detected when `None`).
+    pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<Workload> {
+        let (trace, format) = trace::load(path, format)?;
+        Ok(Workload::new(trace, format))
+    }
+}
+
+/// How to run one replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpec {
+    pub policy: Policy,
+    /// A ratio is of the unbounded run's peak. Ignored by static plans.
+    pub budget: Budget,
+    pub memory: MemoryModel,
+    pub sampling: Sampling,
+    pub seed: u64,
+    /// Stop as thrashing once total compute would pass this multiple of
+    /// the unbounded run's (at least 1; infinite for never).
+    pub thrash_limit: f64,
+}
+
+impl Default for RunSpec {
+    /// `dtr` unbounded, in counter memory, with the CLI's thrash limit of 2.
+    fn default() -> RunSpec {
+        RunSpec {
+            policy: Policy::Heuristic("dtr".into()),
+            budget: Budget::Unbounded,
+            memory: MemoryModel::Counter,
+            sampling: Sampling::All,
+            seed: 0,
+            thrash_limit: 2.0,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The budget in bytes (`None`: unbounded, or a static plan).
+    pub budget_bytes: Option<u64>,
+    /// The budget over the unbounded peak; for a static plan, its peak over it.
+    pub ratio: f64,
+    /// Total compute over the unbounded run's.
+    pub overhead: f64,
+    pub report: ReplayReport,
+    /// The arena at the end, in arena memory.
+    pub arena: Option<ArenaReport>,
+}
+
+impl RunSpec {
+    /// Checks every option, so that a bad one is reported before any run.
+    pub fn validate(&self) -> Result<()> {
+        if let Policy::Heuristic(name) = &self.policy {
+            heuristic_by_name(name, self.seed)?;
+            if let Budget::Ratio(_) = self.budget {
+                self.budget.resolve(|| Ok(0))?;
+            }
+        }
+        if self.thrash_limit.is_nan() || self.thrash_limit < 1.0 {
+            return Err(Error::InvalidArgument(format!(
+                "the thrash limit (--thrash-limit) must be at least 1, got {}",
+                self.thrash_limit
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs the workload; `after_event(index, interpreter)` is called after
+    /// each trace event of a heuristic's run (for timelines).
+    pub fn run_observed(
+        &self,
+        workload: &Workload,
+        mut after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
+    ) -> Result<Outcome> {
+        self.validate()?;
+        let base = &workload.baseline;
+        let config = Config::default()
+            // The authors' logs follow their simulator's conventions.
+            .with_simulator_conventions(workload.format == TraceFormat::Simrd)
+            .with_memory(self.memory)
+            .with_sampling(self.sampling)
+            .with_seed(self.seed);
+        let (budget_bytes, interpreter, report) = match &self.policy {
+            Policy::StaticSqrt => {
+                let plan = CheckpointPlan::new(&workload.trace)?;
+                let mut interpreter =
+                    Interpreter::new(SimulatorBackend::new(), config.with_events(true))?;
+                let report = plan.run(&workload.trace, &mut interpreter, Kernels::Recorded)?;
+                (None, interpreter, report)
+            }
+            Policy::Heuristic(name) => {
+                let budget_bytes = self.budget.resolve(|| Ok(base.peak_bytes))?;
+                let mut config = config
+                    .with_budget(budget_bytes.into())
+                    .with_heuristic(name.clone());
+                if self.thrash_limit.is_finite() {
+                    let extra = (self.thrash_limit - 1.0) * base.compute as f64;
+                    config = config.with_remat_limit(extra.floor() as u64);
+                }
+                let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
+                let report = replay_observed(
+                    &workload.trace,
+                    &mut interpreter,
+                    Kernels::Recorded,
+                    |index, dtr, _| {
+                        after_event(index, dtr);
+                        Ok(())
+                    },
+                )?;
+                (budget_bytes, interpreter, report)
+            }
+        };
+        let of_peak = |bytes: u64| bytes as f64 / base.peak_bytes.max(1) as f64;
+        let ratio = match (&self.policy, self.budget) {
+            (Policy::StaticSqrt, _) => of_peak(report.peak_bytes),
+            // The ratio asked for, not the floored bytes', so rows say what was run.
+            (_, Budget::Ratio(ratio)) => ratio,
+            _ => budget_bytes.map_or(f64::INFINITY, of_peak),
+        };
+        Ok(Outcome {
+            budget_bytes,
+            ratio,
+            overhead: report.stats.compute as f64 / base.compute.max(1) as f64,
+            arena: interpreter.memory().arena,
+            report,
+        })
+    }
+
+    /// [`RunSpec::run_observed`] without an observer.
+    pub fn run(&self, workload: &Workload) -> Result<Outcome> {
+        self.run_observed(workload, |_, _| {})
+    }
+}
