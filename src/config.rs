@@ -112,7 +112,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             budget: Budget::Unbounded,
-            heuristic: "dtr-eq".into(),
+            heuristic: crate::policy::DEFAULT_HEURISTIC.into(),
             eager_eviction: true,
             record_events: false,
             retain_history: false,

@@ -67,7 +67,7 @@ enum Command {
         budget: Option<u64>,
         /// An eviction heuristic (see `dtr heuristics`), or `static-sqrt`
         /// for static √N checkpointing, which takes no budget.
-        #[arg(long, default_value = "dtr")]
+        #[arg(long, default_value = dtr::policy::DEFAULT_HEURISTIC)]
         heuristic: String,
         #[arg(long, value_enum, default_value = "counter")]
         memory: MemoryArg,
@@ -195,7 +195,7 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         format: FormatArg,
         /// Heuristics, comma-separated (see `dtr heuristics`).
-        #[arg(long, value_delimiter = ',', default_value = "dtr")]
+        #[arg(long, value_delimiter = ',', default_value = dtr::policy::DEFAULT_HEURISTIC)]
         heuristics: Vec<String>,
         #[arg(long, value_enum, value_delimiter = ',', default_value = "counter")]
         memory: Vec<MemoryArg>,
@@ -494,9 +494,11 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             out,
         } => {
             let heuristics = if heuristics.iter().any(|h| h == "all") {
-                dtr::policy::heuristic_names()
-                    .filter(|h| *h != "dtr-walk")
-                    .chain([dtr::experiments::STATIC_CHECKPOINTING])
+                dtr::policy::POLICIES
+                    .iter()
+                    // The slow reference of `dtr` adds nothing; revolve is chains' alone.
+                    .filter(|p| p.name != "dtr-walk" && p.usable != dtr::policy::Usable::Chains)
+                    .map(|p| p.name)
                     .map(String::from)
                     .collect()
             } else {
@@ -683,11 +685,10 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Heuristics => {
-            for name in dtr::policy::heuristic_names() {
-                let about = dtr::policy::heuristic_by_name(name, 0)
-                    .map(|h| h.about())
-                    .unwrap_or_default();
-                println!("{name:<10} {about}");
+            println!("{:<12} {:<22} what it does", "name", "usable in");
+            for policy in dtr::policy::POLICIES {
+                let usable = policy.usable.describe();
+                println!("{:<12} {usable:<22} {}", policy.name, policy.about);
             }
             Ok(ExitCode::SUCCESS)
         }

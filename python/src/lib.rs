@@ -381,14 +381,11 @@ impl Engine {
 
 /// `(name, description)` of every eviction heuristic `Engine` accepts.
 #[pyfunction]
-fn heuristics() -> Vec<(&'static str, String)> {
-    dtr::policy::heuristic_names()
-        .map(|name| {
-            let about = dtr::policy::heuristic_by_name(name, 0)
-                .map(|h| h.about().to_string())
-                .unwrap_or_default();
-            (name, about)
-        })
+fn heuristics() -> Vec<(&'static str, &'static str)> {
+    dtr::policy::POLICIES
+        .iter()
+        .filter(|policy| policy.is_heuristic())
+        .map(|policy| (policy.name, policy.about))
         .collect()
 }
 

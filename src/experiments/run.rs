@@ -110,10 +110,10 @@ pub struct RunSpec {
 }
 
 impl Default for RunSpec {
-    /// `dtr` unbounded, in counter memory, with the CLI's thrash limit of 2.
+    /// The default heuristic unbounded, in counter memory, with the CLI's thrash limit of 2.
     fn default() -> RunSpec {
         RunSpec {
-            policy: Policy::Heuristic("dtr".into()),
+            policy: Policy::Heuristic(crate::policy::DEFAULT_HEURISTIC.into()),
             budget: Budget::Unbounded,
             memory: MemoryModel::Counter,
             sampling: Sampling::All,

@@ -46,6 +46,7 @@ pub struct Interpreter<B: Backend> {
     /// Where every storage's bytes are: memory, buffers, locks, candidates.
     table: StorageTable<B>,
     heuristic: Box<dyn Heuristic>,
+    heuristic_name: &'static str,
     search: CandidateSearch,
     config: Config,
     stats: Stats,
@@ -94,6 +95,7 @@ impl<B: Backend> Interpreter<B> {
             graph: Graph::new(),
             table: StorageTable::new(Memory::new(config.memory, budget_bytes)),
             heuristic: heuristic_by_name(&config.heuristic, config.seed)?,
+            heuristic_name: crate::policy::heuristic(&config.heuristic)?.name,
             search: CandidateSearch::new(config.sampling, config.seed),
             config,
             stats: Stats::default(),
@@ -449,7 +451,7 @@ impl<B: Backend> Interpreter<B> {
     }
 
     pub fn heuristic_name(&self) -> &'static str {
-        self.heuristic.name()
+        self.heuristic_name
     }
 
     pub fn backend(&self) -> &B {

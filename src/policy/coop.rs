@@ -40,16 +40,6 @@ impl NeighbourhoodCost for Dtr {
 pub struct Coop<C> {
     /// Prices pieces, keeps its own bookkeeping, and scores the fallback.
     eq: C,
-    name: &'static str,
-}
-
-impl<C: NeighbourhoodCost + Default> Coop<C> {
-    pub fn named(name: &'static str) -> Coop<C> {
-        Coop {
-            eq: C::default(),
-            name,
-        }
-    }
 }
 
 impl<C: NeighbourhoodCost> Coop<C> {
@@ -64,14 +54,6 @@ impl<C: NeighbourhoodCost> Coop<C> {
 }
 
 impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn about(&self) -> &'static str {
-        "evict the contiguous arena window of least total cost that fits the request (OneFlow's Coop)"
-    }
-
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         self.eq.score(storage, view)
     }

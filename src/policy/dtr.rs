@@ -97,14 +97,6 @@ impl Dtr {
 }
 
 impl Heuristic for Dtr {
-    fn name(&self) -> &'static str {
-        "dtr"
-    }
-
-    fn about(&self) -> &'static str {
-        "(own cost + cost of the whole evicted neighbourhood) / (size * staleness) (h_DTR)"
-    }
-
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let cost = self.neighbourhood_cost(storage, view.graph);
         cost_density(cost, storage, view.graph)
@@ -162,14 +154,6 @@ pub struct DtrWalk {
 }
 
 impl Heuristic for DtrWalk {
-    fn name(&self) -> &'static str {
-        "dtr-walk"
-    }
-
-    fn about(&self) -> &'static str {
-        "h_DTR by walking the graph for every score: the slow reference for `dtr`"
-    }
-
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let graph = view.graph;
         let cost = graph.storages[storage].cost

@@ -43,22 +43,6 @@ impl DtrEq {
 }
 
 impl Heuristic for DtrEq {
-    fn name(&self) -> &'static str {
-        if self.fragmentation_aware {
-            "dte"
-        } else {
-            "dtr-eq"
-        }
-    }
-
-    fn about(&self) -> &'static str {
-        if self.fragmentation_aware {
-            "h_DTR_eq with size + adjacent free bytes in the arena (MegEngine's fragmentation-aware DTE)"
-        } else {
-            "(own cost + cost of adjacent evicted classes, union-find) / (size * staleness) (h_DTR_eq)"
-        }
-    }
-
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let graph = view.graph;
         let mut size = graph.storages[storage].bytes;

@@ -7,14 +7,6 @@ use crate::graph::StorageId;
 pub struct Lru;
 
 impl Heuristic for Lru {
-    fn name(&self) -> &'static str {
-        "lru"
-    }
-
-    fn about(&self) -> &'static str {
-        "evict the storage accessed longest ago (h_LRU)"
-    }
-
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let graph = view.graph;
         graph.storages[storage].last_access as f64

@@ -51,12 +51,6 @@ pub type Victims = SmallVec<[StorageId; 4]>;
 
 /// Scores eviction candidates; lower is evicted first.
 pub trait Heuristic: Send {
-    /// The name the CLI and configuration accept.
-    fn name(&self) -> &'static str;
-
-    /// One line on what the score is, for `dtr heuristics`.
-    fn about(&self) -> &'static str;
-
     /// A scoring pass over the candidates is about to start (once per victim).
     fn before_scoring(&mut self, _graph: &Graph) {}
 
@@ -99,40 +93,158 @@ pub trait Heuristic: Send {
 
 type MakeHeuristic = fn(seed: u64) -> Box<dyn Heuristic>;
 
-/// Every heuristic: its name and how to make it (from the run's seed).
-const REGISTRY: &[(&str, MakeHeuristic)] = &[
-    ("dtr", |_| Box::new(dtr::Dtr::default())),
-    ("dtr-walk", |_| Box::new(dtr::DtrWalk::default())),
-    ("dtr-eq", |_| Box::new(dtr_eq::DtrEq::default())),
-    ("dtr-local", |_| Box::new(dtr_local::DtrLocal)),
-    ("msps", |_| Box::new(msps::Msps::default())),
-    ("lru", |_| Box::new(lru::Lru)),
-    ("size", |_| Box::new(size::Size)),
-    ("random", |seed| Box::new(random::Random::new(seed))),
-    ("dte", |_| Box::new(dtr_eq::DtrEq::fragmentation_aware())),
-    ("coop", |_| {
-        Box::new(coop::Coop::<dtr_eq::DtrEq>::named("coop"))
-    }),
-    ("coop-dtr", |_| {
-        Box::new(coop::Coop::<dtr::Dtr>::named("coop-dtr"))
-    }),
+/// Where a policy can be named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usable {
+    /// Wherever there is a budget: the interpreter, the eager and PyTorch
+    /// APIs, `dtr replay`, `sweep`, `fit` and `chains`.
+    Everywhere,
+    /// `dtr replay`, `sweep` and `chains`: a plan made before the run,
+    /// which takes no budget.
+    Replays,
+    /// `dtr chains` only: a closed-form optimum, not a run.
+    Chains,
+}
+
+impl Usable {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Usable::Everywhere => "everywhere",
+            Usable::Replays => "replay, sweep, chains",
+            Usable::Chains => "chains",
+        }
+    }
+}
+
+/// One policy a run can name: its name, what it does, where it can be
+/// used, and (for heuristics) how to make it from the run's seed.
+pub struct PolicyEntry {
+    pub name: &'static str,
+    /// One line, for `dtr heuristics`.
+    pub about: &'static str,
+    pub usable: Usable,
+    make: Option<MakeHeuristic>,
+}
+
+impl PolicyEntry {
+    const fn heuristic(name: &'static str, about: &'static str, make: MakeHeuristic) -> Self {
+        PolicyEntry {
+            name,
+            about,
+            usable: Usable::Everywhere,
+            make: Some(make),
+        }
+    }
+
+    /// Whether it scores eviction candidates (else it is a static schedule).
+    pub fn is_heuristic(&self) -> bool {
+        self.make.is_some()
+    }
+}
+
+/// Every policy, heuristics first. The one table that `dtr heuristics`,
+/// the CLI, sweeps, the eager API and the Python package read.
+pub const POLICIES: &[PolicyEntry] = &[
+    PolicyEntry::heuristic(
+        "dtr",
+        "(own cost + cost of the whole evicted neighbourhood) / (size * staleness) (h_DTR)",
+        |_| Box::new(dtr::Dtr::default()),
+    ),
+    PolicyEntry::heuristic(
+        "dtr-walk",
+        "h_DTR by walking the graph for every score: the slow reference for `dtr`",
+        |_| Box::new(dtr::DtrWalk::default()),
+    ),
+    PolicyEntry::heuristic(
+        "dtr-eq",
+        "(own cost + cost of adjacent evicted classes, union-find) / (size * staleness) (h_DTR_eq)",
+        |_| Box::new(dtr_eq::DtrEq::default()),
+    ),
+    PolicyEntry::heuristic(
+        "dtr-local",
+        "own recompute cost / (size * staleness) (h_DTR_local)",
+        |_| Box::new(dtr_local::DtrLocal),
+    ),
+    PolicyEntry::heuristic(
+        "msps",
+        "(own cost + cost of evicted ancestors) / size, no staleness (h_MSPS, Capuchin)",
+        |_| Box::new(msps::Msps::default()),
+    ),
+    PolicyEntry::heuristic(
+        "lru",
+        "evict the storage accessed longest ago (h_LRU)",
+        |_| Box::new(lru::Lru),
+    ),
+    PolicyEntry::heuristic(
+        "size",
+        "evict the largest storage first (h_size)",
+        |_| Box::new(size::Size),
+    ),
+    PolicyEntry::heuristic(
+        "random",
+        "a uniformly random candidate, from the run's seed (h_random)",
+        |seed| Box::new(random::Random::new(seed)),
+    ),
+    PolicyEntry::heuristic(
+        "dte",
+        "h_DTR_eq with size + adjacent free bytes in the arena (MegEngine's fragmentation-aware DTE)",
+        |_| Box::new(dtr_eq::DtrEq::fragmentation_aware()),
+    ),
+    PolicyEntry::heuristic(
+        "coop",
+        "evict the contiguous arena window of least total cost that fits the request (OneFlow's Coop)",
+        |_| Box::new(coop::Coop::<dtr_eq::DtrEq>::default()),
+    ),
+    PolicyEntry::heuristic(
+        "coop-dtr",
+        "Coop with h_DTR's full evicted neighbourhood as the cost",
+        |_| Box::new(coop::Coop::<dtr::Dtr>::default()),
+    ),
+    PolicyEntry {
+        name: "static-sqrt",
+        about: "static sqrt(N) checkpointing (Chen et al. 2016): keep every ~sqrt(N)th activation, recompute segments",
+        usable: Usable::Replays,
+        make: None,
+    },
+    PolicyEntry {
+        name: "revolve",
+        about: "the optimal schedule of a uniform chain in the same memory (Griewank's Revolve)",
+        usable: Usable::Chains,
+        make: None,
+    },
 ];
+
+/// The heuristic used when none is named, everywhere (library, CLI,
+/// Python): h_DTR, the paper's heuristic, exact and cached. `dtr-eq` is
+/// its approximation for very large or long-evicted graphs.
+pub const DEFAULT_HEURISTIC: &str = "dtr";
 
 /// Names accepted by [`heuristic_by_name`].
 pub fn heuristic_names() -> impl Iterator<Item = &'static str> {
-    REGISTRY.iter().map(|(name, _)| *name)
+    POLICIES.iter().filter(|p| p.is_heuristic()).map(|p| p.name)
+}
+
+/// The entry of the heuristic called `name`.
+pub fn heuristic(name: &str) -> Result<&'static PolicyEntry> {
+    match POLICIES.iter().find(|p| p.name == name) {
+        Some(entry) if entry.is_heuristic() => Ok(entry),
+        Some(entry) => Err(Error::InvalidArgument(format!(
+            "`{name}` is not an eviction heuristic but a static schedule, usable in: {}",
+            entry.usable.describe()
+        ))),
+        None => Err(Error::UnknownHeuristic {
+            name: name.to_string(),
+            known: heuristic_names().collect::<Vec<_>>().join(", "),
+        }),
+    }
 }
 
 /// Makes the heuristic called `name`; `seed` drives any randomness it has.
 pub fn heuristic_by_name(name: &str, seed: u64) -> Result<Box<dyn Heuristic>> {
-    REGISTRY
-        .iter()
-        .find(|(known, _)| *known == name)
-        .map(|(_, make)| make(seed))
-        .ok_or_else(|| Error::UnknownHeuristic {
-            name: name.to_string(),
-            known: heuristic_names().collect::<Vec<_>>().join(", "),
-        })
+    let make = heuristic(name)?
+        .make
+        .expect("heuristics have a constructor");
+    Ok(make(seed))
 }
 
 /// `cost / (bytes · staleness)`, +∞ when the denominator is zero.

@@ -12,14 +12,6 @@ pub struct Msps {
 }
 
 impl Heuristic for Msps {
-    fn name(&self) -> &'static str {
-        "msps"
-    }
-
-    fn about(&self) -> &'static str {
-        "(own cost + cost of evicted ancestors) / size, no staleness (h_MSPS, Capuchin)"
-    }
-
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let graph = view.graph;
         let bytes = graph.storages[storage].bytes;

@@ -19,14 +19,6 @@ impl Random {
 }
 
 impl Heuristic for Random {
-    fn name(&self) -> &'static str {
-        "random"
-    }
-
-    fn about(&self) -> &'static str {
-        "a uniformly random candidate, from the run's seed (h_random)"
-    }
-
     /// Independent uniform scores: the lowest is a uniform choice.
     fn score(&mut self, _storage: StorageId, _view: &PolicyView<'_>) -> f64 {
         self.rng.gen::<f64>()

@@ -7,14 +7,6 @@ use crate::graph::StorageId;
 pub struct Size;
 
 impl Heuristic for Size {
-    fn name(&self) -> &'static str {
-        "size"
-    }
-
-    fn about(&self) -> &'static str {
-        "evict the largest storage first (h_size)"
-    }
-
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let graph = view.graph;
         match graph.storages[storage].bytes {
