@@ -40,18 +40,6 @@ enum WorkloadArg {
     Random,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum MemoryArg {
-    Counter,
-    Arena,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum SamplingArg {
-    All,
-    Sqrt,
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Replay a trace under a memory budget on the data-free simulator.
@@ -69,10 +57,11 @@ enum Command {
         /// for static √N checkpointing, which takes no budget.
         #[arg(long, default_value = dtr::policy::DEFAULT_HEURISTIC)]
         heuristic: String,
-        #[arg(long, value_enum, default_value = "counter")]
-        memory: MemoryArg,
+        /// `counter`, `arena` (256-byte aligned) or `arena:ALIGNMENT`.
+        #[arg(long, default_value = "counter")]
+        memory: MemoryModel,
         #[arg(long, value_enum, default_value = "all")]
-        sampling: SamplingArg,
+        sampling: Sampling,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Stop once total compute would pass this multiple of the unbounded run's.
@@ -115,10 +104,11 @@ enum Command {
             default_value = "dtr,dtr-eq,dtr-local,msps,lru,size,static-sqrt"
         )]
         heuristics: Vec<String>,
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "counter")]
-        memory: Vec<MemoryArg>,
+        /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`.
+        #[arg(long, value_delimiter = ',', default_value = "counter")]
+        memory: Vec<MemoryModel>,
         #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
-        sampling: Vec<SamplingArg>,
+        sampling: Vec<Sampling>,
         /// Run seeds 0..N.
         #[arg(long, default_value_t = 1)]
         seeds: u64,
@@ -197,10 +187,11 @@ enum Command {
         /// Heuristics, comma-separated (see `dtr heuristics`).
         #[arg(long, value_delimiter = ',', default_value = dtr::policy::DEFAULT_HEURISTIC)]
         heuristics: Vec<String>,
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "counter")]
-        memory: Vec<MemoryArg>,
+        /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`.
+        #[arg(long, value_delimiter = ',', default_value = "counter")]
+        memory: Vec<MemoryModel>,
         #[arg(long, value_enum, default_value = "all")]
-        sampling: SamplingArg,
+        sampling: Sampling,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// A run completes only if its compute stays within this multiple
@@ -236,20 +227,6 @@ fn trace_format(format: FormatArg) -> Option<TraceFormat> {
 
 fn load(path: &std::path::Path, format: FormatArg) -> dtr::Result<(trace::Trace, TraceFormat)> {
     trace::load(path, trace_format(format))
-}
-
-fn memory_model(memory: MemoryArg) -> MemoryModel {
-    match memory {
-        MemoryArg::Counter => MemoryModel::Counter,
-        MemoryArg::Arena => MemoryModel::arena(),
-    }
-}
-
-fn sampling_kind(sampling: SamplingArg) -> Sampling {
-    match sampling {
-        SamplingArg::All => Sampling::All,
-        SamplingArg::Sqrt => Sampling::Sqrt,
-    }
 }
 
 /// Whether a timeline at `path` is CSV (else SVG); checked before the
@@ -302,18 +279,23 @@ fn jobs_or_cores(jobs: Option<usize>) -> usize {
     jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// Progress on stderr, one update per percent, and only on a terminal:
-/// logs and pipes get no carriage-return noise.
+/// A progress bar on stderr, drawn only when stderr is a terminal: logs
+/// and pipes get no carriage-return noise.
 fn progress(what: &'static str) -> impl Fn(usize, usize) + Sync {
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr())
+            .with_style(
+                indicatif::ProgressStyle::with_template(
+                    "{prefix}: {bar:30} {pos}/{len} runs, {elapsed} (ETA {eta})",
+                )
+                .expect("a valid template"),
+            )
+            .with_prefix(what);
     move |done, total| {
-        let percent = |n: usize| 100 * n / total.max(1);
-        if !terminal || !(done == total || percent(done) != percent(done.saturating_sub(1))) {
-            return;
-        }
-        eprint!("\r{what}: {done}/{total} runs ({}%)", percent(done));
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
         if done == total {
-            eprintln!();
+            bar.finish();
         }
     }
 }
@@ -354,8 +336,8 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                     (None, Some(bytes)) => Budget::Bytes(bytes),
                     (None, None) => Budget::Unbounded,
                 },
-                memory: memory_model(memory),
-                sampling: sampling_kind(sampling),
+                memory,
+                sampling,
                 seed,
                 thrash_limit,
             };
@@ -387,8 +369,8 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                     "trace": trace.display().to_string(),
                     "status": report.status.as_str(),
                     "heuristic": heuristic,
-                    "memory": if arena.is_some() { "arena" } else { "counter" },
-                    "sampling": if spec.sampling == Sampling::Sqrt { "sqrt" } else { "all" },
+                    "memory": spec.memory,
+                    "sampling": spec.sampling,
                     "seed": seed,
                     "budget_bytes": budget,
                     "baseline_peak_bytes": base.peak_bytes,
@@ -507,8 +489,8 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             let spec = dtr::experiments::SweepSpec {
                 traces,
                 heuristics,
-                memories: memory.into_iter().map(memory_model).collect(),
-                samplings: sampling.into_iter().map(sampling_kind).collect(),
+                memories: memory,
+                samplings: sampling,
                 seeds,
                 ratios,
                 thrash_limit,
@@ -610,8 +592,8 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
                 .flat_map(|heuristic| {
                     memory.iter().map(move |&memory| RunSpec {
                         policy: Policy::from(heuristic.as_str()),
-                        memory: memory_model(memory),
-                        sampling: sampling_kind(sampling),
+                        memory,
+                        sampling,
                         seed,
                         thrash_limit,
                         ..RunSpec::default()
@@ -638,10 +620,7 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
             )
             .into_iter()
             .collect::<dtr::Result<Vec<_>>>()?;
-            let memory_name = |spec: &RunSpec| match spec.memory {
-                MemoryModel::Counter => "counter",
-                MemoryModel::Arena { .. } => "arena",
-            };
+            let memory_name = |spec: &RunSpec| spec.memory.to_string();
             if json {
                 let objects: Vec<serde_json::Value> = cells
                     .iter()

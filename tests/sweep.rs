@@ -6,6 +6,7 @@ use std::process::Command;
 use dtr::experiments::{merge, to_csv, Row, Shard, SweepSpec};
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
+use dtr::trace::replay::ReplayStatus;
 
 fn shipped_trace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/mlp-small.jsonl")
@@ -41,7 +42,10 @@ fn the_same_sweep_twice_gives_the_same_csv() {
         first.iter().enumerate().all(|(i, r)| r.index == i),
         "rows come back in grid order"
     );
-    assert!(first.iter().any(|r| r.status == "ok") && first.iter().any(|r| r.status != "ok"));
+    assert!(
+        first.iter().any(|r| r.status == ReplayStatus::Ok)
+            && first.iter().any(|r| r.status != ReplayStatus::Ok)
+    );
     assert_eq!(without_wall_time(&first), without_wall_time(&second));
 }
 
@@ -412,9 +416,9 @@ mod baselines {
             .filter(|r| r.heuristic == STATIC_CHECKPOINTING)
             .collect();
         assert_eq!(fixed.len(), spec.memories.len());
-        assert!(fixed
-            .iter()
-            .all(|r| r.status == "ok" && r.ratio < 1.0 && r.budget_bytes == r.peak_bytes));
+        assert!(fixed.iter().all(|r| r.status == ReplayStatus::Ok
+            && r.ratio < 1.0
+            && r.budget_bytes == r.peak_bytes));
         assert!(rows.iter().enumerate().all(|(i, r)| r.index == i));
         std::fs::remove_file(path).ok();
     }
@@ -433,7 +437,7 @@ mod baselines {
                     .unwrap()
             };
             let (dtr, optimum) = (get("dtr-eq"), get(chains::REVOLVE));
-            assert_eq!(dtr.status, "ok");
+            assert_eq!(dtr.status, ReplayStatus::Ok);
             assert!(dtr.peak_units <= dtr.budget_units as f64);
             assert!(
                 dtr.overhead >= optimum.overhead,

@@ -13,6 +13,7 @@ use super::run::{self, Policy, RunSpec};
 use super::{parallel_map, revolve, STATIC_CHECKPOINTING};
 use crate::config::Budget;
 use crate::error::{Error, Result};
+use crate::trace::replay::ReplayStatus;
 use crate::trace::TraceFormat;
 
 /// The Revolve optimum's name in the results.
@@ -31,7 +32,7 @@ pub struct ChainRow {
     pub budget_units: u64,
     /// A heuristic, `revolve` or `static-sqrt`.
     pub policy: String,
-    pub status: String,
+    pub status: ReplayStatus,
     /// Compute over the unbounded run's (2N + 1 unit ops).
     pub overhead: f64,
     /// Peak memory in activations.
@@ -74,23 +75,36 @@ pub fn run(
 fn run_one(length: usize, policy: &str) -> Result<ChainRow> {
     let units = budget_units(length);
     let baseline_compute = 2 * length as u64 + 1;
-    let row = |status: &str, compute: u64, peak_bytes: u64, remats: u64, wall: f64| ChainRow {
-        length,
-        budget_units: units,
-        policy: policy.to_string(),
-        status: status.to_string(),
-        overhead: compute as f64 / baseline_compute as f64,
-        peak_units: peak_bytes as f64 / UNIT as f64,
-        rematerializations: remats,
-        wall_seconds: wall,
-    };
+    let row =
+        |status: ReplayStatus, compute: u64, peak_bytes: u64, remats: u64, wall: f64| ChainRow {
+            length,
+            budget_units: units,
+            policy: policy.to_string(),
+            status,
+            overhead: compute as f64 / baseline_compute as f64,
+            peak_units: peak_bytes as f64 / UNIT as f64,
+            rematerializations: remats,
+            wall_seconds: wall,
+        };
     if policy == REVOLVE {
         // Of the budget, two activations are the backward pass's gradients
         // (in and out); the rest are Revolve's checkpoint slots.
         let extra = revolve::extra_steps(length as u64, units.saturating_sub(2));
         return Ok(match extra {
-            Some(extra) => row("ok", baseline_compute + extra, units * UNIT, extra, 0.0),
-            None => row("oom", baseline_compute, units * UNIT, 0, 0.0),
+            Some(extra) => row(
+                ReplayStatus::Ok,
+                baseline_compute + extra,
+                units * UNIT,
+                extra,
+                0.0,
+            ),
+            None => row(
+                ReplayStatus::OutOfMemory,
+                baseline_compute,
+                units * UNIT,
+                0,
+                0.0,
+            ),
         });
     }
     let trace = generate(Workload::Chain { length }, &format!("chain-{length}"))?;
@@ -105,7 +119,7 @@ fn run_one(length: usize, policy: &str) -> Result<ChainRow> {
         .run(&run::Workload::new(trace, TraceFormat::Native))?
         .report;
     Ok(row(
-        report.status.as_str(),
+        report.status,
         report.stats.compute,
         report.peak_bytes,
         report.stats.rematerializations,

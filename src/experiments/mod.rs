@@ -14,7 +14,6 @@ pub mod timeline;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +21,7 @@ use crate::config::Budget;
 use crate::error::{Error, Result};
 use crate::memory::MemoryModel;
 use crate::policy::Sampling;
+use crate::trace::replay::ReplayStatus;
 pub use run::{Outcome, Policy, RunSpec, Workload, STATIC_CHECKPOINTING};
 
 /// The grid to run.
@@ -85,12 +85,12 @@ pub struct Row {
     pub index: usize,
     pub trace: String,
     pub heuristic: String,
-    pub memory: String,
-    pub sampling: String,
+    pub memory: MemoryModel,
+    pub sampling: Sampling,
     pub seed: u64,
     pub ratio: f64,
     pub budget_bytes: u64,
-    pub status: String,
+    pub status: ReplayStatus,
     pub overhead: f64,
     pub remat_compute: u64,
     pub peak_bytes: u64,
@@ -99,20 +99,6 @@ pub struct Row {
     /// At the end of the run, in arena memory.
     pub fragmentation: Option<f64>,
     pub wall_seconds: f64,
-}
-
-fn memory_name(memory: MemoryModel) -> &'static str {
-    match memory {
-        MemoryModel::Counter => "counter",
-        MemoryModel::Arena { .. } => "arena",
-    }
-}
-
-fn sampling_name(sampling: Sampling) -> &'static str {
-    match sampling {
-        Sampling::All => "all",
-        Sampling::Sqrt => "sqrt",
-    }
 }
 
 impl SweepSpec {
@@ -216,13 +202,13 @@ impl SweepSpec {
             index: cell.index,
             trace: self.traces[cell.trace].display().to_string(),
             heuristic: self.heuristics[cell.heuristic].clone(),
-            memory: memory_name(self.memories[cell.memory]).into(),
-            sampling: sampling_name(self.samplings[cell.sampling]).into(),
+            memory: self.memories[cell.memory],
+            sampling: self.samplings[cell.sampling],
             seed: cell.seed,
             ratio,
             // A static plan's budget is the peak it reached.
             budget_bytes: budget_bytes.unwrap_or(report.peak_bytes),
-            status: report.status.as_str().into(),
+            status: report.status,
             overhead,
             remat_compute: report.stats.remat_compute,
             peak_bytes: report.peak_bytes,
@@ -234,34 +220,35 @@ impl SweepSpec {
     }
 }
 
-/// `f` over `items` on `jobs` threads, results in `items`' order whatever
-/// the scheduling; `progress(done, total)` is called as each finishes.
+/// `f` over `items` on a pool of `jobs` threads, results in `items`'
+/// order whatever the scheduling; `progress(done, total)` is called as each
+/// finishes.
 pub fn parallel_map<T: Sync, R: Send>(
     items: &[T],
     jobs: usize,
     progress: &(dyn Fn(usize, usize) + Sync),
     f: impl Fn(&T) -> R + Sync,
 ) -> Vec<R> {
-    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    let next = AtomicUsize::new(0);
+    use rayon::prelude::*;
     let done = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.max(1) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(i) else { break };
+    let run = || {
+        items
+            .par_iter()
+            .map(|item| {
                 let result = f(item);
-                results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
                 progress(done.fetch_add(1, Ordering::Relaxed) + 1, items.len());
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-        .into_iter()
-        .map(|r| r.expect("every item ran"))
-        .collect()
+                result
+            })
+            .collect()
+    };
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.max(1))
+        .build()
+    {
+        Ok(pool) => pool.install(run),
+        // No threads to spare: the global pool does the same work.
+        Err(_) => run(),
+    }
 }
 
 /// The CSV header, in [`Row`]'s field order.
@@ -269,43 +256,34 @@ pub const CSV_HEADER: &str =
     "index,trace,heuristic,memory,sampling,seed,ratio,budget_bytes,status,overhead,\
 remat_compute,peak_bytes,evictions,rematerializations,fragmentation,wall_seconds";
 
-/// A CSV field, quoted when it holds a comma, quote or line break.
-fn field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
-}
-
 /// The rows as CSV (header first). Numbers print in full precision, so
 /// the same runs give the same bytes (wall time aside).
 pub fn to_csv(rows: &[Row]) -> String {
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
+    let mut out = csv::Writer::from_writer(Vec::new());
+    let mut write = |record: &[String]| out.write_record(record).expect("writing to memory");
+    write(&CSV_HEADER.split(',').map(String::from).collect::<Vec<_>>());
     for r in rows {
-        let fragmentation = r.fragmentation.map_or(String::new(), |f| f.to_string());
-        out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            r.index,
-            field(&r.trace),
-            field(&r.heuristic),
-            r.memory,
-            r.sampling,
-            r.seed,
-            r.ratio,
-            r.budget_bytes,
-            r.status,
-            r.overhead,
-            r.remat_compute,
-            r.peak_bytes,
-            r.evictions,
-            r.rematerializations,
-            fragmentation,
-            r.wall_seconds
-        ));
+        write(&[
+            r.index.to_string(),
+            r.trace.clone(),
+            r.heuristic.clone(),
+            r.memory.to_string(),
+            r.sampling.to_string(),
+            r.seed.to_string(),
+            r.ratio.to_string(),
+            r.budget_bytes.to_string(),
+            r.status.to_string(),
+            r.overhead.to_string(),
+            r.remat_compute.to_string(),
+            r.peak_bytes.to_string(),
+            r.evictions.to_string(),
+            r.rematerializations.to_string(),
+            r.fragmentation.map_or(String::new(), |f| f.to_string()),
+            r.wall_seconds.to_string(),
+        ]);
     }
-    out
+    let bytes = out.into_inner().expect("writing to memory");
+    String::from_utf8(bytes).expect("CSV of UTF-8 fields")
 }
 
 /// Writes `results.csv` and `results.json` into `dir` (created if needed).
@@ -385,7 +363,7 @@ pub fn summary(rows: &[Row]) -> String {
                 keys.len() - 1
             }
         };
-        if r.status == "ok" {
+        if r.status == ReplayStatus::Ok {
             best[slot] = Some(best[slot].map_or(r.ratio, |b: f64| b.min(r.ratio)));
         }
     }

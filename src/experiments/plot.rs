@@ -14,6 +14,9 @@ use super::chains::ChainRow;
 use super::timeline::{Sample, Timeline};
 use super::Row;
 use crate::error::{Error, Result};
+use crate::memory::MemoryModel;
+use crate::policy::Sampling;
+use crate::trace::replay::ReplayStatus;
 
 fn plot_error(path: &Path, error: impl std::fmt::Display) -> Error {
     Error::InvalidArgument(format!("drawing {}: {error}", path.display()))
@@ -22,10 +25,10 @@ fn plot_error(path: &Path, error: impl std::fmt::Display) -> Error {
 /// The policy a row belongs to, as its legend names it.
 fn policy(row: &Row) -> String {
     let mut name = row.heuristic.clone();
-    if row.memory != "counter" {
+    if row.memory != MemoryModel::Counter {
         name += &format!(" / {}", row.memory);
     }
-    if row.sampling != "all" {
+    if row.sampling != Sampling::All {
         name += &format!(" / {}", row.sampling);
     }
     if row.seed != 0 {
@@ -153,7 +156,7 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
             // One point: the peak it needs and what it costs.
             let points: Vec<(f64, f64)> = rows
                 .iter()
-                .filter(|r| policy(r) == *name && r.status == "ok")
+                .filter(|r| policy(r) == *name && r.status == ReplayStatus::Ok)
                 .map(|r| (r.ratio, r.overhead.min(top)))
                 .collect();
             chart
@@ -169,21 +172,26 @@ pub fn overhead_chart(rows: &[Row], trace: &str, path: &Path) -> Result<()> {
         }
         let mut ok: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|r| policy(r) == *name && r.status == "ok")
+            .filter(|r| policy(r) == *name && r.status == ReplayStatus::Ok)
             .map(|r| (r.ratio, r.overhead.min(top)))
             .collect();
         ok.sort_by(|a, b| a.0.total_cmp(&b.0));
         labelled_line(&mut chart, &ok, color, name.clone(), path)?;
-        let stopped = |status: &'static str| {
+        let stopped = |status: ReplayStatus| {
             rows.iter()
                 .filter(move |r| policy(r) == *name && r.status == status)
                 .map(move |r| (r.ratio, r.overhead.clamp(1.0, top)))
         };
         chart
-            .draw_series(stopped("thrash").map(|p| Cross::new(p, 5, color.stroke_width(2))))
+            .draw_series(
+                stopped(ReplayStatus::Thrash).map(|p| Cross::new(p, 5, color.stroke_width(2))),
+            )
             .map_err(|e| draw(&e))?;
         chart
-            .draw_series(stopped("oom").map(|p| TriangleMarker::new(p, 5, color.filled())))
+            .draw_series(
+                stopped(ReplayStatus::OutOfMemory)
+                    .map(|p| TriangleMarker::new(p, 5, color.filled())),
+            )
             .map_err(|e| draw(&e))?;
     }
     finish(&mut chart, &root, path)
@@ -228,7 +236,9 @@ pub fn comparison_chart(rows: &[Row], path: &Path) -> Result<()> {
             .enumerate()
             .filter_map(|(t, trace)| {
                 rows.iter()
-                    .filter(|r| r.trace == *trace && policy(r) == *name && r.status == "ok")
+                    .filter(|r| {
+                        r.trace == *trace && policy(r) == *name && r.status == ReplayStatus::Ok
+                    })
                     .map(|r| r.ratio)
                     .min_by(f64::total_cmp)
                     .map(|ratio| (t as f64 + offset, ratio))
@@ -390,7 +400,7 @@ pub fn chains_chart(rows: &[ChainRow], path: &Path) -> Result<()> {
         let color = Palette99::pick(i).to_rgba();
         let points: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|r| r.policy == *name && r.status == "ok")
+            .filter(|r| r.policy == *name && r.status == ReplayStatus::Ok)
             .map(|r| (log(r.length), r.overhead.min(top)))
             .collect();
         let label = match name.as_str() {
@@ -404,7 +414,7 @@ pub fn chains_chart(rows: &[ChainRow], path: &Path) -> Result<()> {
         chart
             .draw_series(
                 rows.iter()
-                    .filter(|r| r.policy == *name && r.status != "ok")
+                    .filter(|r| r.policy == *name && r.status != ReplayStatus::Ok)
                     .map(|r| {
                         Cross::new(
                             (log(r.length), r.overhead.min(top)),

@@ -13,8 +13,10 @@ pub use counter::MemoryCounter;
 
 use crate::graph::StorageId;
 
-/// Which memory model to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which memory model to use. Written `counter`, `arena` (256-byte
+/// alignment) or `arena:ALIGNMENT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum MemoryModel {
     #[default]
     Counter,
@@ -26,6 +28,52 @@ impl MemoryModel {
     /// The arena with the default 256-byte alignment.
     pub fn arena() -> MemoryModel {
         MemoryModel::Arena { alignment: 256 }
+    }
+}
+
+impl std::fmt::Display for MemoryModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            MemoryModel::Counter => f.write_str("counter"),
+            MemoryModel::Arena { alignment: 256 } => f.write_str("arena"),
+            MemoryModel::Arena { alignment } => write!(f, "arena:{alignment}"),
+        }
+    }
+}
+
+impl std::str::FromStr for MemoryModel {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<MemoryModel, String> {
+        match text.split_once(':') {
+            None if text == "counter" => Ok(MemoryModel::Counter),
+            None if text == "arena" => Ok(MemoryModel::arena()),
+            Some(("arena", alignment)) => match alignment.parse::<u64>() {
+                Ok(alignment) if alignment.is_power_of_two() => {
+                    Ok(MemoryModel::Arena { alignment })
+                }
+                _ => Err(format!(
+                    "arena alignment `{alignment}` is not a power of two"
+                )),
+            },
+            _ => Err(format!(
+                "unknown memory model `{text}` (counter, arena or arena:ALIGNMENT)"
+            )),
+        }
+    }
+}
+
+impl From<MemoryModel> for String {
+    fn from(memory: MemoryModel) -> String {
+        memory.to_string()
+    }
+}
+
+impl TryFrom<String> for MemoryModel {
+    type Error = String;
+
+    fn try_from(text: String) -> std::result::Result<MemoryModel, String> {
+        text.parse()
     }
 }
 

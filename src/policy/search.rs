@@ -8,7 +8,9 @@ use super::CandidatePool;
 use crate::graph::StorageId;
 
 /// Which candidates a victim search scores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Sampling {
     /// Every candidate.
     #[default]
@@ -16,6 +18,15 @@ pub enum Sampling {
     /// ⌈√N⌉ candidates drawn uniformly (with replacement), ignoring those
     /// under 1% of the average candidate size.
     Sqrt,
+}
+
+impl std::fmt::Display for Sampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sampling::All => "all",
+            Sampling::Sqrt => "sqrt",
+        })
+    }
 }
 
 /// The victim search with its own seeded generator.

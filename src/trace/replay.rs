@@ -21,13 +21,22 @@ pub enum Kernels {
 }
 
 /// How a replay ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReplayStatus {
+    #[serde(rename = "ok")]
     Ok,
     /// No eviction could make room: stopped there.
+    #[serde(rename = "oom")]
     OutOfMemory,
     /// Rematerialisation passed the limit: stopped there.
+    #[serde(rename = "thrash")]
     Thrash,
+}
+
+impl std::fmt::Display for ReplayStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl ReplayStatus {
