@@ -50,6 +50,10 @@ pub enum Error {
     #[error("{0}")]
     Trace(String),
 
+    /// A file that could not be read, written or made sense of.
+    #[error("{path}: {message}")]
+    Io { path: std::path::PathBuf, message: String },
+
     /// A policy name that is not in the registry.
     #[error("unknown heuristic `{name}`; known: {known}")]
     UnknownHeuristic { name: String, known: String },
@@ -74,6 +78,21 @@ impl Error {
 
     /// A file that could not be read, written or parsed, named with the cause.
     pub fn file(path: &std::path::Path, cause: impl std::fmt::Display) -> Error {
-        Error::InvalidArgument(format!("{}: {cause}", path.display()))
+        Error::Io {
+            path: path.to_path_buf(),
+            message: cause.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_errors_are_io_errors_naming_the_path() {
+        let error = Error::file(std::path::Path::new("/no/such/dir"), "permission denied");
+        assert!(matches!(error, Error::Io { .. }), "{error:?}");
+        assert_eq!(error.to_string(), "/no/such/dir: permission denied");
     }
 }

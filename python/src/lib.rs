@@ -177,6 +177,7 @@ impl Engine {
             Error::InvalidArgument(_)
             | Error::UnknownTensor(_)
             | Error::UnknownHeuristic { .. } => PyValueError::new_err(error.to_string()),
+            Error::Io { .. } => PyOSError::new_err(error.to_string()),
             _ => PyRuntimeError::new_err(error.to_string()),
         }
     }
