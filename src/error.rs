@@ -52,7 +52,10 @@ pub enum Error {
 
     /// A file that could not be read, written or made sense of.
     #[error("{path}: {message}")]
-    Io { path: std::path::PathBuf, message: String },
+    Io {
+        path: std::path::PathBuf,
+        message: String,
+    },
 
     /// A policy name that is not in the registry.
     #[error("unknown heuristic `{name}`; known: {known}")]
