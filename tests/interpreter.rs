@@ -286,6 +286,11 @@ fn out_of_memory_during_rematerialisation_releases_locks() {
     assert!(!dtr.is_resident(b).unwrap());
     let err = dtr.get_value(b).unwrap_err();
     assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("op `exp`, rerun to rematerialise an evicted tensor, needs 16 B"),
+        "the error says the op is a rematerialisation: {err}"
+    );
     dtr.check_invariants().unwrap();
     // x and the pinned fill hold 32 B; a (locked) and b need 16 B each.
     dtr.set_budget_bytes(Some(64));

@@ -10,7 +10,11 @@ use crate::memory::Block;
 /// What an allocation is for, to name it in an out-of-memory error.
 #[derive(Clone, Copy)]
 pub(super) enum RoomFor<'a> {
-    Op(NodeId),
+    /// A user's op, or (`rematerializing`) one re-run to restore an evicted tensor.
+    Op {
+        node: NodeId,
+        rematerializing: bool,
+    },
     Put(&'a [usize]),
 }
 
@@ -75,7 +79,17 @@ impl<B: Backend> Interpreter<B> {
 
     fn out_of_memory(&self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
         let context = match purpose {
-            RoomFor::Op(node) => format!("op `{}`", self.graph.nodes[node].op.name()),
+            RoomFor::Op {
+                node,
+                rematerializing,
+            } => {
+                let name = self.graph.nodes[node].op.name();
+                if rematerializing {
+                    format!("op `{name}`, rerun to rematerialise an evicted tensor,")
+                } else {
+                    format!("op `{name}`")
+                }
+            }
             RoomFor::Put(dims) => format!("put of shape {dims:?}"),
         };
         let counter = self.table.counter();

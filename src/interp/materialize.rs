@@ -201,7 +201,11 @@ impl<B: Backend> Interpreter<B> {
             .filter(|o| o.alias_of.is_none())
             .map(|o| o.bytes)
             .collect();
-        let reserved = self.reserve(&sizes, RoomFor::Op(node_id))?;
+        let room = RoomFor::Op {
+            node: node_id,
+            rematerializing,
+        };
+        let reserved = self.reserve(&sizes, room)?;
         let placed = self
             .table
             .memory()
