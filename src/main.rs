@@ -294,7 +294,13 @@ fn run_replay(
         )?,
         None => replay(&trace, &mut interpreter, Kernels::Recorded)?,
     };
-    Ok((base, budget, report, interpreter.memory().arena))
+    let arena = interpreter.memory().arena;
+    // The process ends once the result is printed: its memory goes back to
+    // the system whole, faster than the trace and the interpreter's tables
+    // are freed block by block.
+    std::mem::forget(interpreter);
+    std::mem::forget(trace);
+    Ok((base, budget, report, arena))
 }
 
 /// Whether a timeline at `path` is CSV (else SVG); checked before the

@@ -141,7 +141,7 @@ impl<'de> Deserialize<'de> for Field<'de> {
                 while let Some(item) = seq.next_element()? {
                     items.push(item);
                 }
-                Ok(Field::List(items.into_vec().into_boxed_slice()))
+                Ok(Field::List(items.into_iter().collect()))
             }
             // An object is refused: the line goes the slow way.
         }
