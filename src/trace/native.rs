@@ -102,8 +102,15 @@ struct OutputIn<'a> {
     alias_of: Option<usize>,
     #[serde(default)]
     dims: Option<Dims>,
-    #[serde(borrow, default)]
+    // `null` is refused, as `Output` refuses it (`Option` would take it).
+    #[serde(borrow, default, deserialize_with = "some_text")]
     dtype: Option<Text<'a>>,
+}
+
+fn some_text<'de: 'a, 'a, D: Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<Text<'a>>, D::Error> {
+    Text::deserialize(deserializer).map(Some)
 }
 
 impl OutputIn<'_> {
