@@ -160,6 +160,9 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
     if let (Some(path), Some(samples), Some(budget)) = (&timeline, &samples, budget) {
         write_timeline(path, samples, &trace, &heuristic, budget, base.peak_bytes)?;
     }
+    // The process ends once the result is out: its memory goes back to the
+    // system whole, faster than the trace's tables are freed one by one.
+    std::mem::forget(workload);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -34,8 +34,8 @@ pub struct TraceOutput {
 }
 
 /// One instruction of a traced program.
-// Most events of a trace are applies, so boxing them would save nothing.
-#[allow(clippy::large_enum_variant)]
+// Kept small (the kernel boxed, the outputs on the heap): a trace holds tens
+// of thousands of events, and most are not applies.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TraceEvent {
     /// A tensor from outside (a parameter, an input, a constant).
@@ -49,9 +49,9 @@ pub enum TraceEvent {
     /// on a data backend; the simulator needs only the sizes and `cost`.
     Apply {
         op: String,
-        kernel: Option<Op>,
+        kernel: Option<Box<Op>>,
         inputs: SmallVec<[TraceTensor; 4]>,
-        outputs: SmallVec<[TraceOutput; 2]>,
+        outputs: Vec<TraceOutput>,
         cost: u64,
         /// The model module that ran it, when the recorder knew (PyTorch's
         /// module path, such as `ResNet.layer1.0.conv1`).
@@ -134,6 +134,134 @@ impl TraceFormat {
     }
 }
 
+/// A JSON string borrowed from the text being read, or owned when it had
+/// escapes (`Cow<str>`'s own `Deserialize` always copies).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Text<'a>(pub std::borrow::Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor<'a>(std::marker::PhantomData<&'a str>);
+
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for TextVisitor<'a> {
+            type Value = Text<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(std::borrow::Cow::Borrowed(s)))
+            }
+
+            fn visit_str<E>(self, s: &str) -> Result<Text<'a>, E> {
+                Ok(Text(std::borrow::Cow::Owned(s.to_string())))
+            }
+
+            fn visit_string<E>(self, s: String) -> Result<Text<'a>, E> {
+                Ok(Text(std::borrow::Cow::Owned(s)))
+            }
+        }
+
+        deserializer.deserialize_str(TextVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Any JSON value, read through and dropped. Unlike
+/// [`serde::de::IgnoredAny`], which skips a value without checking its
+/// numbers' range or its strings' escapes, it reads the value as a
+/// `serde_json::Value` would, so it refuses what that refuses.
+pub(crate) struct ValidJson;
+
+impl<'de> serde::Deserialize<'de> for ValidJson {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ValidVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for ValidVisitor {
+            type Value = ValidJson;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<ValidJson, E> {
+                Ok(ValidJson)
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<ValidJson, E> {
+                Ok(ValidJson)
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<ValidJson, E> {
+                Ok(ValidJson)
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<ValidJson, E> {
+                Ok(ValidJson)
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<ValidJson, E> {
+                Ok(ValidJson)
+            }
+
+            fn visit_unit<E>(self) -> Result<ValidJson, E> {
+                Ok(ValidJson)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ValidJson, A::Error> {
+                while seq.next_element::<ValidJson>()?.is_some() {}
+                Ok(ValidJson)
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ValidJson, A::Error> {
+                while map.next_entry::<ValidJson, ValidJson>()?.is_some() {}
+                Ok(ValidJson)
+            }
+        }
+
+        deserializer.deserialize_any(ValidVisitor)
+    }
+}
+
+/// The non-blank lines of `text`, numbered from 1, split as [`str::lines`]
+/// splits them (a `\r` before a `\n` is dropped), with a vectorised search
+/// for each newline.
+pub(crate) fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut rest = text;
+    let mut number = 0;
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let line = match memchr::memchr(b'\n', rest.as_bytes()) {
+            Some(end) => {
+                let line = &rest[..end];
+                rest = &rest[end + 1..];
+                line.strip_suffix('\r').unwrap_or(line)
+            }
+            None => std::mem::take(&mut rest),
+        };
+        number += 1;
+        if !line.trim().is_empty() {
+            return Some((number, line));
+        }
+    })
+}
+
 /// Reads a trace file in the given format, or the detected one.
 pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<(Trace, TraceFormat)> {
     let source = path.display().to_string();
@@ -153,6 +281,10 @@ pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<(Trace, TraceFor
     };
     Ok((trace, format))
 }
+
+/// An output as a reader gives it to [`TraceBuilder::apply`]: bytes,
+/// the input it is a view of, dims.
+pub(crate) type OutputSpec = (u64, Option<usize>, Option<Dims>);
 
 /// Builds a [`Trace`], checking each event as it is added: the readers
 /// resolve their own ids and names, then report here in dense indices.
@@ -177,7 +309,21 @@ impl TraceBuilder {
         }
     }
 
-    pub fn finish(self) -> Trace {
+    /// Makes room for about `events` events (and as many tensors) at once,
+    /// instead of growing (and copying) the lists as they fill. Untouched
+    /// room costs no memory until used, so an estimate from above is fine.
+    pub fn reserve(&mut self, events: usize) {
+        self.trace.events.reserve(events);
+        self.trace.lines.reserve(events);
+        self.trace.storage_bytes.reserve(events);
+        self.refs.reserve(events);
+        self.released_at.reserve(events);
+    }
+
+    pub fn finish(mut self) -> Trace {
+        self.trace.events.shrink_to_fit();
+        self.trace.lines.shrink_to_fit();
+        self.trace.storage_bytes.shrink_to_fit();
         self.trace
     }
 
@@ -201,12 +347,20 @@ impl TraceBuilder {
         tensor: TraceTensor,
         label: &dyn std::fmt::Display,
     ) -> Result<()> {
-        match self.released_at[tensor as usize] {
-            Some(at) if self.refs[tensor as usize] == 0 => Err(self.fail(
+        match self.released_on(tensor) {
+            Some(at) => Err(self.fail(
                 line,
                 format!("{label} is used after its last reference was released on line {at}"),
             )),
-            _ => Ok(()),
+            None => Ok(()),
+        }
+    }
+
+    /// The line that dropped the last reference to `tensor`, if none is left.
+    fn released_on(&self, tensor: TraceTensor) -> Option<usize> {
+        match self.released_at[tensor as usize] {
+            Some(at) if self.refs[tensor as usize] == 0 => Some(at),
+            _ => None,
         }
     }
 
@@ -261,18 +415,21 @@ impl TraceBuilder {
         &mut self,
         line: usize,
         op: String,
-        kernel: Option<Op>,
+        kernel: Option<Box<Op>>,
         inputs: SmallVec<[TraceTensor; 4]>,
-        outputs: &[(u64, Option<usize>, Option<Dims>)],
+        outputs: &[OutputSpec],
         cost: u64,
         module: Option<String>,
         labels: &dyn Fn(usize) -> String,
     ) -> Result<SmallVec<[TraceTensor; 2]>> {
+        // Labels are formatted only for a message.
         for (i, &input) in inputs.iter().enumerate() {
-            self.check_live(line, input, &labels(i))?;
+            if self.released_on(input).is_some() {
+                self.check_live(line, input, &labels(i))?;
+            }
         }
         let mut made = SmallVec::new();
-        let mut specs = SmallVec::new();
+        let mut specs = Vec::with_capacity(outputs.len());
         for (k, (bytes, alias_of, dims)) in outputs.iter().cloned().enumerate() {
             if let Some(dims) = &dims {
                 if crate::shape::checked_numel(dims).is_none() {

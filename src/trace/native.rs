@@ -1,14 +1,20 @@
 //! dtr's trace format: JSON lines, a versioned header, one event per line.
 //! See `docs/trace-format.md`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
 use std::io::Write;
 
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use smallvec::SmallVec;
 
-use super::{Trace, TraceBuilder, TraceEvent, TraceTensor};
+use super::{Text, Trace, TraceBuilder, TraceEvent, TraceTensor, ValidJson};
 use crate::error::{Error, Result};
 use crate::ops::Op;
+use crate::shape::Dims;
 
 /// The format's name in the header line.
 pub const FORMAT: &str = "dtr-trace";
@@ -86,14 +92,249 @@ enum Line {
     },
 }
 
+/// One output as the reader takes it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputIn<'a> {
+    id: u64,
+    bytes: u64,
+    #[serde(default)]
+    alias_of: Option<usize>,
+    #[serde(default)]
+    dims: Option<Dims>,
+    // `null` is refused, as `Output` refuses it (`Option` would take it).
+    #[serde(borrow, default, deserialize_with = "some_text")]
+    dtype: Option<Text<'a>>,
+}
+
+fn some_text<'de: 'a, 'a, D: Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<Text<'a>>, D::Error> {
+    Text::deserialize(deserializer).map(Some)
+}
+
+impl OutputIn<'_> {
+    fn dtype(&self) -> &str {
+        self.dtype.as_deref().unwrap_or("f32")
+    }
+}
+
+/// One line after the header, as the reader takes it: strings borrowed
+/// from the text, shapes inline.
+///
+/// It is read by a visitor that wants `event` first, as [`TraceWriter`]
+/// writes it, and refuses the line otherwise; a refused line is read again
+/// as a [`Line`], serde's tagged enum, which accepts the same lines (the
+/// tag anywhere) and words the errors.
+enum Event<'a> {
+    Put {
+        id: u64,
+        bytes: u64,
+        dims: Option<Dims>,
+        dtype: Option<Text<'a>>,
+        data: Option<Vec<f32>>,
+    },
+    Apply {
+        op: Text<'a>,
+        kernel: Option<Box<Op>>,
+        inputs: SmallVec<[u64; 4]>,
+        outputs: Vec<OutputIn<'a>>,
+        cost: u64,
+        module: Option<Text<'a>>,
+    },
+    /// `retain`, `del`, `get`, `pin`, `unpin` or `detach`: the kind and the id.
+    Use(UseKind, u64),
+}
+
+#[derive(Clone, Copy)]
+enum UseKind {
+    Retain,
+    Del,
+    Get,
+    Pin,
+    Unpin,
+    Detach,
+}
+
+impl Event<'_> {
+    /// Reads one line: the typed way, else through [`Line`].
+    fn parse(text: &str) -> serde_json::Result<Event<'_>> {
+        match serde_json::from_str(text) {
+            Ok(event) => Ok(event),
+            Err(_) => Ok(Event::from(serde_json::from_str::<Line>(text)?)),
+        }
+    }
+}
+
+impl<'a> From<Line> for Event<'a> {
+    fn from(line: Line) -> Event<'a> {
+        let text = |s: String| Text(Cow::Owned(s));
+        match line {
+            Line::Put {
+                id,
+                bytes,
+                dims,
+                dtype,
+                data,
+            } => Event::Put {
+                id,
+                bytes,
+                dims: dims.map(Into::into),
+                dtype: Some(text(dtype)),
+                data,
+            },
+            Line::Apply {
+                op,
+                kernel,
+                inputs,
+                outputs,
+                cost,
+                module,
+            } => Event::Apply {
+                op: text(op),
+                kernel: kernel.map(Box::new),
+                inputs: inputs.into(),
+                outputs: outputs
+                    .into_iter()
+                    .map(|o| OutputIn {
+                        id: o.id,
+                        bytes: o.bytes,
+                        alias_of: o.alias_of,
+                        dims: o.dims.map(Into::into),
+                        dtype: Some(text(o.dtype)),
+                    })
+                    .collect(),
+                cost,
+                module: module.map(text),
+            },
+            Line::Retain { id } => Event::Use(UseKind::Retain, id),
+            Line::Del { id } => Event::Use(UseKind::Del, id),
+            Line::Get { id } => Event::Use(UseKind::Get, id),
+            Line::Pin { id } => Event::Use(UseKind::Pin, id),
+            Line::Unpin { id } => Event::Use(UseKind::Unpin, id),
+            Line::Detach { id } => Event::Use(UseKind::Detach, id),
+        }
+    }
+}
+
+/// Stores a field's value; a field given twice is refused.
+fn once<T, E: de::Error>(slot: &mut Option<T>, value: T) -> std::result::Result<(), E> {
+    match slot {
+        Some(_) => Err(E::custom("a repeated field")),
+        None => {
+            *slot = Some(value);
+            Ok(())
+        }
+    }
+}
+
+fn required<T, E: de::Error>(slot: Option<T>) -> std::result::Result<T, E> {
+    slot.ok_or_else(|| E::custom("a missing field"))
+}
+
+impl<'de> Deserialize<'de> for Event<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct EventVisitor;
+
+        impl<'de> Visitor<'de> for EventVisitor {
+            type Value = Event<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object whose first key is `event`")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Event<'de>, A::Error> {
+                if map.next_key::<Text<'de>>()?.as_deref() != Some("event") {
+                    return Err(de::Error::custom("`event` is not the first key"));
+                }
+                let kind: Text<'de> = map.next_value()?;
+                let uses = match &*kind {
+                    "put" => return put(map),
+                    "apply" => return apply(map),
+                    "retain" => UseKind::Retain,
+                    "del" => UseKind::Del,
+                    "get" => UseKind::Get,
+                    "pin" => UseKind::Pin,
+                    "unpin" => UseKind::Unpin,
+                    "detach" => UseKind::Detach,
+                    _ => return Err(de::Error::custom("an unknown event")),
+                };
+                let mut id = None;
+                while let Some(key) = map.next_key::<Text<'de>>()? {
+                    match &*key {
+                        "id" => once(&mut id, map.next_value()?)?,
+                        _ => return Err(de::Error::custom("an unknown field")),
+                    }
+                }
+                Ok(Event::Use(uses, required(id)?))
+            }
+        }
+
+        fn put<'de, A: MapAccess<'de>>(mut map: A) -> std::result::Result<Event<'de>, A::Error> {
+            let (mut id, mut bytes, mut dims, mut dtype, mut data) = (None, None, None, None, None);
+            while let Some(key) = map.next_key::<Text<'de>>()? {
+                match &*key {
+                    "id" => once(&mut id, map.next_value()?)?,
+                    "bytes" => once(&mut bytes, map.next_value()?)?,
+                    "dims" => once(&mut dims, map.next_value::<Option<Dims>>()?)?,
+                    "dtype" => once(&mut dtype, map.next_value()?)?,
+                    "data" => once(&mut data, map.next_value::<Option<Vec<f32>>>()?)?,
+                    _ => return Err(de::Error::custom("an unknown field")),
+                }
+            }
+            Ok(Event::Put {
+                id: required(id)?,
+                bytes: required(bytes)?,
+                dims: dims.flatten(),
+                dtype,
+                data: data.flatten(),
+            })
+        }
+
+        fn apply<'de, A: MapAccess<'de>>(mut map: A) -> std::result::Result<Event<'de>, A::Error> {
+            let (mut op, mut kernel, mut inputs, mut outputs) = (None, None, None, None);
+            let (mut cost, mut module) = (None, None);
+            while let Some(key) = map.next_key::<Text<'de>>()? {
+                match &*key {
+                    "op" => once(&mut op, map.next_value()?)?,
+                    "kernel" => once(&mut kernel, map.next_value::<Option<&'de RawValue>>()?)?,
+                    "inputs" => once(&mut inputs, map.next_value()?)?,
+                    "outputs" => once(&mut outputs, map.next_value()?)?,
+                    "cost" => once(&mut cost, map.next_value()?)?,
+                    "module" => once(&mut module, map.next_value::<Option<Text<'de>>>()?)?,
+                    _ => return Err(de::Error::custom("an unknown field")),
+                }
+            }
+            let kernel = match kernel.flatten() {
+                None => None,
+                // Checked as a whole first: `Op` skips fields it does not
+                // know unchecked, which `Line` would refuse.
+                Some(raw) => {
+                    serde_json::from_str::<ValidJson>(raw.get()).map_err(de::Error::custom)?;
+                    Some(serde_json::from_str(raw.get()).map_err(de::Error::custom)?)
+                }
+            };
+            Ok(Event::Apply {
+                op: required(op)?,
+                kernel,
+                inputs: required(inputs)?,
+                outputs: required(outputs)?,
+                cost: required(cost)?,
+                module: module.flatten(),
+            })
+        }
+
+        deserializer.deserialize_map(EventVisitor)
+    }
+}
+
 /// Parses a native trace; `source` names it in errors (`source:line: …`).
 pub fn parse(source: &str, text: &str) -> Result<Trace> {
     let fail = |line: usize, message: String| Error::Trace(format!("{source}:{line}: {message}"));
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = super::numbered_lines(text);
     let Some((header_line, header)) = lines.next() else {
         return Err(fail(1, "empty file: expected a dtr-trace header".into()));
     };
@@ -120,13 +361,17 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
     }
 
     let mut builder = TraceBuilder::new(source);
-    let mut ids: HashMap<u64, TraceTensor> = HashMap::new();
-    let resolve = |ids: &HashMap<u64, TraceTensor>, line: usize, id: u64| {
+    // The lines of real traces are longer than 24 bytes: an estimate from
+    // above, for room that costs nothing until used.
+    let estimate = text.len() / 24;
+    builder.reserve(estimate);
+    let mut ids: Ids = HashMap::with_capacity_and_hasher(estimate, Default::default());
+    let resolve = |ids: &Ids, line: usize, id: u64| {
         ids.get(&id)
             .copied()
             .ok_or_else(|| fail(line, format!("unknown tensor id {id}")))
     };
-    let fresh = |ids: &HashMap<u64, TraceTensor>, line: usize, id: u64| {
+    let fresh = |ids: &Ids, line: usize, id: u64| {
         if ids.contains_key(&id) {
             Err(fail(line, format!("tensor id {id} is defined twice")))
         } else {
@@ -134,27 +379,28 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
         }
     };
     for (line, text) in lines {
-        let event: Line = serde_json::from_str(text).map_err(|e| fail(line, e.to_string()))?;
+        let event = Event::parse(text).map_err(|e| fail(line, e.to_string()))?;
         match event {
-            Line::Put {
+            Event::Put {
                 id,
                 bytes,
                 dims,
                 dtype,
                 data,
             } => {
+                let dtype = dtype.as_deref().unwrap_or("f32");
                 fresh(&ids, line, id)?;
-                check_dtype(&dtype).map_err(|m| fail(line, m))?;
+                check_dtype(dtype).map_err(|m| fail(line, m))?;
                 if dtype != "f32" && data.is_some() {
                     return Err(fail(
                         line,
                         format!("`data` is for f32 tensors, not {dtype}"),
                     ));
                 }
-                let tensor = builder.put(line, bytes, dims.map(Into::into), data)?;
+                let tensor = builder.put(line, bytes, dims, data)?;
                 ids.insert(id, tensor);
             }
-            Line::Apply {
+            Event::Apply {
                 op,
                 kernel,
                 inputs,
@@ -166,81 +412,73 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                     .iter()
                     .map(|&id| resolve(&ids, line, id))
                     .collect::<Result<_>>()?;
-                let mut specs = Vec::with_capacity(outputs.len());
+                let mut specs: SmallVec<[_; 2]> = SmallVec::with_capacity(outputs.len());
                 for output in &outputs {
                     fresh(&ids, line, output.id)?;
-                    check_dtype(&output.dtype).map_err(|m| fail(line, m))?;
-                    if kernel.is_some() && output.dtype != "f32" {
+                    check_dtype(output.dtype()).map_err(|m| fail(line, m))?;
+                    if kernel.is_some() && output.dtype() != "f32" {
                         return Err(fail(
                             line,
                             format!(
-                                "`{op}` has a kernel, but its output {} is {}: kernels compute f32",
-                                output.id, output.dtype
+                                "`{}` has a kernel, but its output {} is {}: kernels compute f32",
+                                &*op,
+                                output.id,
+                                output.dtype()
                             ),
                         ));
                     }
-                    specs.push((
-                        output.bytes,
-                        output.alias_of,
-                        output.dims.as_deref().map(Into::into),
-                    ));
+                    specs.push((output.bytes, output.alias_of, output.dims.clone()));
                 }
-                let mut distinct = std::collections::HashSet::with_capacity(outputs.len());
-                if let Some(repeated) = outputs.iter().find(|o| !distinct.insert(o.id)) {
-                    return Err(fail(line, format!("output id {} is repeated", repeated.id)));
+                if let Some(repeated) = first_repeated(&outputs) {
+                    return Err(fail(line, format!("output id {repeated} is repeated")));
                 }
-                let label = |i: usize| format!("input id {} of `{op}`", inputs[i]);
+                let label = |i: usize| format!("input id {} of `{}`", inputs[i], &*op);
                 let made = builder.apply(
                     line,
-                    op.clone(),
+                    op.to_string(),
                     kernel,
                     resolved,
                     &specs,
                     cost,
-                    module,
+                    module.map(|m| m.0.into_owned()),
                     &label,
                 )?;
                 for (output, tensor) in outputs.iter().zip(made) {
                     ids.insert(output.id, tensor);
                 }
             }
-            Line::Retain { id } => {
-                builder.retain(line, resolve(&ids, line, id)?, &format!("tensor id {id}"))?
+            Event::Use(kind, id) => {
+                let tensor = resolve(&ids, line, id)?;
+                let label = format_args!("tensor id {id}");
+                match kind {
+                    UseKind::Retain => builder.retain(line, tensor, &label)?,
+                    UseKind::Del => builder.del(line, tensor, &label)?,
+                    UseKind::Get => builder.read(line, TraceEvent::Get { tensor }, &label)?,
+                    UseKind::Pin => builder.read(line, TraceEvent::Pin { tensor }, &label)?,
+                    UseKind::Unpin => builder.read(line, TraceEvent::Unpin { tensor }, &label)?,
+                    UseKind::Detach => builder.read(line, TraceEvent::Detach { tensor }, &label)?,
+                }
             }
-            Line::Del { id } => {
-                builder.del(line, resolve(&ids, line, id)?, &format!("tensor id {id}"))?
-            }
-            Line::Get { id } => builder.read(
-                line,
-                TraceEvent::Get {
-                    tensor: resolve(&ids, line, id)?,
-                },
-                &format!("tensor id {id}"),
-            )?,
-            Line::Pin { id } => builder.read(
-                line,
-                TraceEvent::Pin {
-                    tensor: resolve(&ids, line, id)?,
-                },
-                &format!("tensor id {id}"),
-            )?,
-            Line::Unpin { id } => builder.read(
-                line,
-                TraceEvent::Unpin {
-                    tensor: resolve(&ids, line, id)?,
-                },
-                &format!("tensor id {id}"),
-            )?,
-            Line::Detach { id } => builder.read(
-                line,
-                TraceEvent::Detach {
-                    tensor: resolve(&ids, line, id)?,
-                },
-                &format!("tensor id {id}"),
-            )?,
         }
     }
     Ok(builder.finish())
+}
+
+/// Tensor id → dense tensor.
+type Ids = HashMap<u64, TraceTensor, foldhash::fast::RandomState>;
+
+/// The first output whose id an earlier output has.
+fn first_repeated(outputs: &[OutputIn<'_>]) -> Option<u64> {
+    if outputs.len() <= 16 {
+        return (1..outputs.len())
+            .find(|&j| outputs[..j].iter().any(|o| o.id == outputs[j].id))
+            .map(|j| outputs[j].id);
+    }
+    let mut distinct = std::collections::HashSet::with_capacity(outputs.len());
+    outputs
+        .iter()
+        .find(|o| !distinct.insert(o.id))
+        .map(|o| o.id)
 }
 
 /// The element types a trace may name. Only f32 tensors carry data or run
@@ -301,7 +539,7 @@ impl<W: Write> TraceWriter<W> {
                 module,
             } => Line::Apply {
                 op: op.clone(),
-                kernel: kernel.clone(),
+                kernel: kernel.as_deref().cloned(),
                 inputs: inputs.iter().map(|&t| t as u64).collect(),
                 outputs: outputs
                     .iter()

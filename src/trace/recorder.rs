@@ -79,7 +79,7 @@ impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
             .collect();
         let (kernel, module) = match op {
             Op::Recorded(recorded) => (None, recorded.module.clone()),
-            kernel => (Some(kernel.clone()), None),
+            kernel => (Some(Box::new(kernel.clone())), None),
         };
         self.emit(TraceEvent::Apply {
             op: op.name().to_string(),

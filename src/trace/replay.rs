@@ -152,7 +152,7 @@ fn step<B: Backend>(
             module,
         } => {
             let op = match kernels {
-                Kernels::Execute => kernel.clone().ok_or_else(|| {
+                Kernels::Execute => kernel.as_deref().cloned().ok_or_else(|| {
                     trace.error_at(
                         index,
                         format!("`{op}` has no kernel; replay this trace on the simulator"),

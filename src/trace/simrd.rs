@@ -9,101 +9,488 @@
 //! rebinds a name; `RELEASE` drops one reference (unknown names are
 //! ignored). At the end every tensor still referenced is an output, pinned
 //! in the order its name first appeared.
+//!
+//! Lines are deserialized straight into [`Instruction`]s that borrow their
+//! names from the text. A line the typed reader refuses (bad JSON, not an
+//! object, a repeated key, an object where a field's value should be) is
+//! read again as a `serde_json::Value`, which gives today's message or, for
+//! a valid object, the same instruction: the slow path only runs on lines
+//! that real logs do not have.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::hash_map::{Entry, HashMap};
+use std::fmt;
 
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use smallvec::SmallVec;
 
-use super::{Trace, TraceBuilder, TraceEvent, TraceTensor};
+use super::{OutputSpec, Text, Trace, TraceBuilder, TraceEvent, TraceTensor, ValidJson};
 use crate::error::{Error, Result};
 
-/// One parsed line: its number and object.
-struct Instruction {
-    line: usize,
-    object: serde_json::Map<String, Value>,
+/// A field's value. Strings and integers, all that real logs hold, are
+/// typed (strings borrowed from the text unless they had escapes); other
+/// values are kept as JSON for the messages that refuse them.
+#[derive(Debug, Clone, PartialEq)]
+enum Field<'a> {
+    Str(Cow<'a, str>),
+    Int(i64),
+    List(Box<[Field<'a>]>),
+    /// A float, an integer past `i64`, a boolean, null or an object.
+    Other(Box<Value>),
 }
 
-impl Instruction {
-    fn kind(&self) -> &str {
-        self.object
-            .get("INSTRUCTION")
-            .and_then(Value::as_str)
-            .unwrap_or("")
+impl<'a> Field<'a> {
+    fn from_value(value: Value) -> Field<'a> {
+        match value {
+            Value::String(s) => Field::Str(Cow::Owned(s)),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Field::Int(i),
+                None => Field::Other(Box::new(Value::Number(n))),
+            },
+            Value::Array(items) => Field::List(items.into_iter().map(Field::from_value).collect()),
+            other => Field::Other(Box::new(other)),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        match self {
+            Field::Str(s) => Value::String(s.to_string()),
+            Field::Int(i) => Value::from(*i),
+            Field::List(items) => Value::Array(items.iter().map(Field::to_value).collect()),
+            Field::Other(value) => (**value).clone(),
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Field::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A decimal string or a JSON integer.
+    fn integer(&self) -> Option<i64> {
+        match self {
+            Field::Str(s) => s.trim().parse::<i64>().ok(),
+            Field::Int(i) => Some(*i),
+            _ => None,
+        }
     }
 }
 
-struct Importer<'a> {
-    source: &'a str,
-    builder: TraceBuilder,
-    /// Name → tensor; a name keeps its first position when rebound.
-    names: HashMap<String, TraceTensor>,
-    name_order: Vec<String>,
+/// As JSON, the way `serde_json::Value` prints it.
+impl fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.to_value())
+    }
 }
 
-impl Importer<'_> {
-    fn fail(&self, line: usize, message: impl std::fmt::Display) -> Error {
+impl<'de> Deserialize<'de> for Field<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct FieldVisitor;
+
+        impl<'de> Visitor<'de> for FieldVisitor {
+            type Value = Field<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number, boolean, null or list")
+            }
+
+            fn visit_borrowed_str<E>(self, s: &'de str) -> std::result::Result<Field<'de>, E> {
+                Ok(Field::Str(Cow::Borrowed(s)))
+            }
+
+            fn visit_str<E>(self, s: &str) -> std::result::Result<Field<'de>, E> {
+                Ok(Field::Str(Cow::Owned(s.to_string())))
+            }
+
+            fn visit_string<E>(self, s: String) -> std::result::Result<Field<'de>, E> {
+                Ok(Field::Str(Cow::Owned(s)))
+            }
+
+            fn visit_i64<E>(self, i: i64) -> std::result::Result<Field<'de>, E> {
+                Ok(Field::Int(i))
+            }
+
+            fn visit_u64<E>(self, u: u64) -> std::result::Result<Field<'de>, E> {
+                Ok(match i64::try_from(u) {
+                    Ok(i) => Field::Int(i),
+                    Err(_) => Field::Other(Box::new(Value::from(u))),
+                })
+            }
+
+            fn visit_f64<E>(self, x: f64) -> std::result::Result<Field<'de>, E> {
+                Ok(Field::Other(Box::new(Value::from(x))))
+            }
+
+            fn visit_bool<E>(self, b: bool) -> std::result::Result<Field<'de>, E> {
+                Ok(Field::Other(Box::new(Value::Bool(b))))
+            }
+
+            fn visit_unit<E>(self) -> std::result::Result<Field<'de>, E> {
+                Ok(Field::Other(Box::new(Value::Null)))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Field<'de>, A::Error> {
+                // On the stack while read, then one allocation of the right size.
+                let mut items: SmallVec<[Field<'de>; 8]> = SmallVec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Field::List(items.into_iter().collect()))
+            }
+            // An object is refused: the line goes the slow way.
+        }
+
+        deserializer.deserialize_any(FieldVisitor)
+    }
+}
+
+/// A field an instruction reads; `None` when the line lacks it.
+type Slot<'a> = Option<Field<'a>>;
+
+/// One line, with the fields its kind reads (the others are dropped).
+#[derive(Debug)]
+enum Body<'a> {
+    Annotate {
+        start: bool,
+    },
+    Constant {
+        name: Slot<'a>,
+    },
+    Memory {
+        name: Slot<'a>,
+        memory: Slot<'a>,
+    },
+    Alias {
+        name: Slot<'a>,
+        alias: Slot<'a>,
+    },
+    Copy {
+        dst: Slot<'a>,
+        src: Slot<'a>,
+    },
+    CopyFrom {
+        dst: Slot<'a>,
+        src: Slot<'a>,
+    },
+    Release {
+        name: Slot<'a>,
+    },
+    Call {
+        name: Slot<'a>,
+        args: Slot<'a>,
+        result: Slot<'a>,
+        time: Slot<'a>,
+    },
+    Mutate {
+        name: Slot<'a>,
+        args: Slot<'a>,
+        mutate: Slot<'a>,
+        time: Slot<'a>,
+    },
+    /// Another `INSTRUCTION`; empty when it is missing or not a string.
+    Unknown(Cow<'a, str>),
+}
+
+/// Every key the importer reads, gathered before the kind is known (keys
+/// come in any order).
+#[derive(Default)]
+struct Keys<'a> {
+    instruction: Slot<'a>,
+    annotation: Slot<'a>,
+    name: Slot<'a>,
+    memory: Slot<'a>,
+    alias: Slot<'a>,
+    dst: Slot<'a>,
+    src: Slot<'a>,
+    args: Slot<'a>,
+    result: Slot<'a>,
+    time: Slot<'a>,
+    mutate: Slot<'a>,
+}
+
+impl<'a> Keys<'a> {
+    /// The slot for `key`, or `None` for a key no instruction reads.
+    fn slot(&mut self, key: &str) -> Option<&mut Slot<'a>> {
+        Some(match key {
+            "INSTRUCTION" => &mut self.instruction,
+            "ANNOTATION" => &mut self.annotation,
+            "NAME" => &mut self.name,
+            "MEMORY" => &mut self.memory,
+            "ALIAS" => &mut self.alias,
+            "DST" => &mut self.dst,
+            "SRC" => &mut self.src,
+            "ARGS" => &mut self.args,
+            "RESULT" => &mut self.result,
+            "TIME" => &mut self.time,
+            "MUTATE" => &mut self.mutate,
+            _ => return None,
+        })
+    }
+
+    fn into_body(self) -> Body<'a> {
+        let kind = match self.instruction {
+            Some(Field::Str(kind)) => kind,
+            _ => Cow::Borrowed(""),
+        };
+        match &*kind {
+            "ANNOTATE" => Body::Annotate {
+                start: self.annotation.as_ref().and_then(Field::as_str) == Some("START"),
+            },
+            "CONSTANT" => Body::Constant { name: self.name },
+            "MEMORY" => Body::Memory {
+                name: self.name,
+                memory: self.memory,
+            },
+            "ALIAS" => Body::Alias {
+                name: self.name,
+                alias: self.alias,
+            },
+            "COPY" => Body::Copy {
+                dst: self.dst,
+                src: self.src,
+            },
+            "COPY_FROM" => Body::CopyFrom {
+                dst: self.dst,
+                src: self.src,
+            },
+            "RELEASE" => Body::Release { name: self.name },
+            "CALL" => Body::Call {
+                name: self.name,
+                args: self.args,
+                result: self.result,
+                time: self.time,
+            },
+            "MUTATE" => Body::Mutate {
+                name: self.name,
+                args: self.args,
+                mutate: self.mutate,
+                time: self.time,
+            },
+            _ => Body::Unknown(kind),
+        }
+    }
+
+    /// The slow path's object, with JSON's last-wins for repeated keys.
+    fn from_object(object: serde_json::Map<String, Value>) -> Keys<'a> {
+        let mut keys = Keys::default();
+        for (key, value) in object {
+            if let Some(slot) = keys.slot(&key) {
+                *slot = Some(Field::from_value(value));
+            }
+        }
+        keys
+    }
+}
+
+impl<'de> Deserialize<'de> for Body<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct BodyVisitor;
+
+        impl<'de> Visitor<'de> for BodyVisitor {
+            type Value = Body<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Body<'de>, A::Error> {
+                let mut keys = Keys::default();
+                while let Some(key) = map.next_key::<Text<'de>>()? {
+                    match keys.slot(&key) {
+                        // The slow path keeps the last, as `Value` does.
+                        Some(Some(_)) => return Err(de::Error::custom("a repeated key")),
+                        Some(slot) => *slot = Some(map.next_value()?),
+                        None => {
+                            map.next_value::<ValidJson>()?;
+                        }
+                    }
+                }
+                Ok(keys.into_body())
+            }
+        }
+
+        deserializer.deserialize_map(BodyVisitor)
+    }
+}
+
+/// One parsed line: its number and what it says.
+#[derive(Debug)]
+struct Instruction<'a> {
+    line: usize,
+    body: Body<'a>,
+}
+
+impl<'a> Instruction<'a> {
+    fn kind(&self) -> &str {
+        match &self.body {
+            Body::Unknown(kind) => kind,
+            _ => self.known_kind(),
+        }
+    }
+
+    /// The kind's name; empty for [`Body::Unknown`].
+    fn known_kind(&self) -> &'static str {
+        match &self.body {
+            Body::Annotate { .. } => "ANNOTATE",
+            Body::Constant { .. } => "CONSTANT",
+            Body::Memory { .. } => "MEMORY",
+            Body::Alias { .. } => "ALIAS",
+            Body::Copy { .. } => "COPY",
+            Body::CopyFrom { .. } => "COPY_FROM",
+            Body::Release { .. } => "RELEASE",
+            Body::Call { .. } => "CALL",
+            Body::Mutate { .. } => "MUTATE",
+            Body::Unknown(_) => "",
+        }
+    }
+
+    /// Parses one non-blank line; `source` names the file in errors.
+    fn parse(source: &str, line: usize, raw: &'a str) -> Result<Instruction<'a>> {
+        if let Ok(body) = serde_json::from_str::<Body<'a>>(raw) {
+            return Ok(Instruction { line, body });
+        }
+        // The typed reader refused it: the slow path gives the message, or
+        // the instruction when the line is an object after all.
+        match serde_json::from_str::<Value>(raw) {
+            Ok(Value::Object(object)) => Ok(Instruction {
+                line,
+                body: Keys::from_object(object).into_body(),
+            }),
+            Ok(other) => Err(Error::Trace(format!(
+                "{source}:{line}: expected a JSON object, got {other}"
+            ))),
+            Err(e) => Err(Error::Trace(format!("{source}:{line}: {e}"))),
+        }
+    }
+}
+
+/// What the next line must be: the lines that follow a CONSTANT or a CALL.
+enum Awaiting<'t> {
+    Nothing,
+    /// The MEMORY line of a CONSTANT on `line`.
+    Constant {
+        line: usize,
+        name: Cow<'t, str>,
+    },
+    Call(Box<PendingCall<'t>>),
+}
+
+/// A CALL whose MEMORY and ALIAS lines, one pair per result, are being read.
+struct PendingCall<'t> {
+    line: usize,
+    op: Cow<'t, str>,
+    args: SmallVec<[Cow<'t, str>; 4]>,
+    results: SmallVec<[Cow<'t, str>; 2]>,
+    cost: u64,
+    inputs: SmallVec<[TraceTensor; 4]>,
+    outputs: SmallVec<[OutputSpec; 2]>,
+    /// The line and value of the current result's MEMORY, once read.
+    memory: Option<(usize, Slot<'t>)>,
+}
+
+impl PendingCall<'_> {
+    /// The result whose lines come next.
+    fn result(&self) -> &str {
+        &self.results[self.outputs.len()]
+    }
+}
+
+/// Imports instructions one at a time, as they are read.
+struct Importer<'t> {
+    source: &'t str,
+    builder: TraceBuilder,
+    /// Name → tensor; a name keeps its first position when rebound.
+    names: HashMap<Cow<'t, str>, TraceTensor, foldhash::fast::RandomState>,
+    name_order: Vec<Cow<'t, str>>,
+    awaiting: Awaiting<'t>,
+    /// The line of the last instruction imported.
+    last_line: usize,
+}
+
+impl<'t> Importer<'t> {
+    /// An importer for a log of about `lines` lines.
+    fn new(source: &'t str, lines: usize) -> Importer<'t> {
+        let mut builder = TraceBuilder::new(source);
+        builder.reserve(lines);
+        Importer {
+            source,
+            builder,
+            // About one name in three lines (a CALL's result has three).
+            names: HashMap::with_capacity_and_hasher(lines / 3, Default::default()),
+            name_order: Vec::new(),
+            awaiting: Awaiting::Nothing,
+            last_line: 0,
+        }
+    }
+
+    fn fail(&self, line: usize, message: impl fmt::Display) -> Error {
         Error::Trace(format!("{}:{line}: {message}", self.source))
     }
 
-    fn field<'v>(&self, instruction: &'v Instruction, key: &str) -> Result<&'v Value> {
-        instruction.object.get(key).ok_or_else(|| {
-            self.fail(
-                instruction.line,
-                format!("{} is missing field `{key}`", instruction.kind()),
-            )
-        })
+    /// The value of `key` on `line`, an instruction of `kind`.
+    fn field<'v>(
+        &self,
+        (line, kind): (usize, &str),
+        key: &str,
+        slot: &'v Slot<'t>,
+    ) -> Result<&'v Field<'t>> {
+        slot.as_ref()
+            .ok_or_else(|| self.fail(line, format!("{kind} is missing field `{key}`")))
     }
 
-    fn string(&self, instruction: &Instruction, key: &str) -> Result<String> {
-        match self.field(instruction, key)? {
-            Value::String(s) => Ok(s.clone()),
-            other => Err(self.fail(
-                instruction.line,
-                format!("`{key}` must be a string, got {other}"),
-            )),
+    fn string(&self, at: (usize, &str), key: &str, slot: Slot<'t>) -> Result<Cow<'t, str>> {
+        match slot {
+            Some(Field::Str(s)) => Ok(s),
+            other => {
+                let value = self.field(at, key, &other)?;
+                Err(self.fail(at.0, format!("`{key}` must be a string, got {value}")))
+            }
         }
     }
 
-    /// A decimal string or a JSON number.
-    fn integer(&self, line: usize, key: &str, value: &Value) -> Result<i64> {
-        let parsed = match value {
-            Value::String(s) => s.trim().parse::<i64>().ok(),
-            Value::Number(n) => n.as_i64(),
-            _ => None,
-        };
-        parsed.ok_or_else(|| self.fail(line, format!("`{key}` must be an integer, got {value}")))
+    /// A decimal string or a JSON integer.
+    fn integer(&self, line: usize, key: &str, value: &Field<'_>) -> Result<i64> {
+        value
+            .integer()
+            .ok_or_else(|| self.fail(line, format!("`{key}` must be an integer, got {value}")))
     }
 
-    fn unsigned(&self, instruction: &Instruction, key: &str) -> Result<u64> {
-        let value = self.integer(instruction.line, key, self.field(instruction, key)?)?;
-        u64::try_from(value).map_err(|_| {
-            self.fail(
-                instruction.line,
-                format!("`{key}` must not be negative, got {value}"),
-            )
-        })
+    fn unsigned(&self, at: (usize, &str), key: &str, slot: &Slot<'t>) -> Result<u64> {
+        let value = self.integer(at.0, key, self.field(at, key, slot)?)?;
+        u64::try_from(value)
+            .map_err(|_| self.fail(at.0, format!("`{key}` must not be negative, got {value}")))
     }
 
-    fn list<'v>(&self, instruction: &'v Instruction, key: &str) -> Result<&'v Vec<Value>> {
-        match self.field(instruction, key)? {
-            Value::Array(items) => Ok(items),
-            other => Err(self.fail(
-                instruction.line,
-                format!("`{key}` must be a list, got {other}"),
-            )),
+    fn list(&self, at: (usize, &str), key: &str, slot: Slot<'t>) -> Result<Vec<Field<'t>>> {
+        match slot {
+            Some(Field::List(items)) => Ok(items.into_vec()),
+            other => {
+                let value = self.field(at, key, &other)?;
+                Err(self.fail(at.0, format!("`{key}` must be a list, got {value}")))
+            }
         }
     }
 
-    fn names_of(&self, instruction: &Instruction, key: &str) -> Result<Vec<String>> {
-        self.list(instruction, key)?
-            .iter()
+    fn names_of<const N: usize>(
+        &self,
+        at: (usize, &str),
+        key: &str,
+        slot: Slot<'t>,
+    ) -> Result<SmallVec<[Cow<'t, str>; N]>> {
+        self.list(at, key, slot)?
+            .into_iter()
             .map(|v| match v {
-                Value::String(s) => Ok(s.clone()),
-                other => Err(self.fail(
-                    instruction.line,
-                    format!("`{key}` must list names, got {other}"),
-                )),
+                Field::Str(s) => Ok(s),
+                other => Err(self.fail(at.0, format!("`{key}` must list names, got {other}"))),
             })
             .collect()
     }
@@ -115,184 +502,239 @@ impl Importer<'_> {
             .ok_or_else(|| self.fail(line, format!("unknown tensor `{name}`")))
     }
 
-    fn bind(&mut self, name: String, tensor: TraceTensor) {
-        if self.names.insert(name.clone(), tensor).is_none() {
-            self.name_order.push(name);
+    fn inputs(&self, line: usize, args: &[Cow<'t, str>]) -> Result<SmallVec<[TraceTensor; 4]>> {
+        args.iter().map(|a| self.tensor(line, a)).collect()
+    }
+
+    fn bind(&mut self, name: Cow<'t, str>, tensor: TraceTensor) {
+        match self.names.entry(name) {
+            Entry::Occupied(bound) => *bound.into_mut() = tensor,
+            Entry::Vacant(free) => {
+                self.name_order.push(free.key().clone());
+                free.insert(tensor);
+            }
         }
     }
 
-    fn bind_new(&mut self, line: usize, name: String, tensor: TraceTensor) -> Result<()> {
-        if self.names.contains_key(&name) {
-            return Err(self.fail(line, format!("tensor `{name}` is defined twice")));
+    fn bind_new(&mut self, line: usize, name: Cow<'t, str>, tensor: TraceTensor) -> Result<()> {
+        match self.names.entry(name) {
+            Entry::Occupied(bound) => {
+                let message = format!("tensor `{}` is defined twice", bound.key());
+                Err(self.fail(line, message))
+            }
+            Entry::Vacant(free) => {
+                self.name_order.push(free.key().clone());
+                free.insert(tensor);
+                Ok(())
+            }
         }
-        self.bind(name, tensor);
-        Ok(())
     }
 
-    /// The next instruction, which must be `kind` and name `name`.
-    fn expect<'i>(
-        &self,
-        after: usize,
-        next: Option<&'i Instruction>,
-        kind: &str,
-        name: &str,
-    ) -> Result<&'i Instruction> {
-        let Some(next) = next else {
-            return Err(self.fail(
-                after,
-                format!("expected {kind} for `{name}` after this line, found the end"),
-            ));
-        };
+    /// Checks that `next` is a `kind` line (`MEMORY` or `ALIAS`) naming
+    /// `name`, and returns its value field.
+    fn expect(&self, next: Instruction<'t>, kind: &str, name: &str) -> Result<Slot<'t>> {
         if next.kind() != kind {
             return Err(self.fail(
                 next.line,
                 format!("expected {kind} for `{name}`, found {}", next.kind()),
             ));
         }
-        let found = self.string(next, "NAME")?;
+        let (found, value) = match next.body {
+            Body::Memory { name, memory } => (name, memory),
+            Body::Alias { name, alias } => (name, alias),
+            _ => unreachable!("the kind was checked"),
+        };
+        let found = self.string((next.line, kind), "NAME", found)?;
         if found != name {
             return Err(self.fail(
                 next.line,
                 format!("{kind} names `{found}`, expected `{name}`"),
             ));
         }
-        Ok(next)
+        Ok(value)
     }
 
-    fn run(&mut self, instructions: &[Instruction]) -> Result<()> {
-        let mut i = 0;
-        while i < instructions.len() {
-            let ins = &instructions[i];
-            let line = ins.line;
-            i += 1;
-            match ins.kind() {
-                "ANNOTATE" => {}
-                "CONSTANT" => {
-                    let name = self.string(ins, "NAME")?;
-                    let memory = self.expect(line, instructions.get(i), "MEMORY", &name)?;
-                    i += 1;
-                    let bytes = self.unsigned(memory, "MEMORY")?;
-                    let tensor = self.builder.put(line, bytes, None, None)?;
-                    self.bind_new(line, name, tensor)?;
-                }
-                "COPY" => {
-                    let (dst, src) = (self.string(ins, "DST")?, self.string(ins, "SRC")?);
-                    let tensor = self.tensor(line, &src)?;
-                    self.builder.retain(line, tensor, &format!("`{src}`"))?;
-                    self.bind_new(line, dst, tensor)?;
-                }
-                "COPY_FROM" => {
-                    let (dst, src) = (self.string(ins, "DST")?, self.string(ins, "SRC")?);
-                    let (old, new) = (self.tensor(line, &dst)?, self.tensor(line, &src)?);
-                    self.builder.del(line, old, &format!("`{dst}`"))?;
-                    self.builder.retain(line, new, &format!("`{src}`"))?;
-                    self.bind(dst, new);
-                }
-                "RELEASE" => {
-                    let name = self.string(ins, "NAME")?;
-                    if let Some(&tensor) = self.names.get(&name) {
-                        self.builder.del(line, tensor, &format!("`{name}`"))?;
+    /// Imports the next instruction.
+    fn step(&mut self, ins: Instruction<'t>) -> Result<()> {
+        self.last_line = ins.line;
+        match std::mem::replace(&mut self.awaiting, Awaiting::Nothing) {
+            Awaiting::Nothing => self.start(ins),
+            Awaiting::Constant { line, name } => {
+                let memory_line = ins.line;
+                let memory = self.expect(ins, "MEMORY", &name)?;
+                let bytes = self.unsigned((memory_line, "MEMORY"), "MEMORY", &memory)?;
+                let tensor = self.builder.put(line, bytes, None, None)?;
+                self.bind_new(line, name, tensor)
+            }
+            Awaiting::Call(mut call) => {
+                let Some((memory_line, memory)) = call.memory.take() else {
+                    let memory_line = ins.line;
+                    call.memory = Some((memory_line, self.expect(ins, "MEMORY", call.result())?));
+                    self.awaiting = Awaiting::Call(call);
+                    return Ok(());
+                };
+                let alias_line = ins.line;
+                let alias = self.expect(ins, "ALIAS", call.result())?;
+                let bytes = self.unsigned((memory_line, "MEMORY"), "MEMORY", &memory)?;
+                let alias_value = self.field((alias_line, "ALIAS"), "ALIAS", &alias)?;
+                let alias_of = match self.integer(alias_line, "ALIAS", alias_value)? {
+                    -1 => None,
+                    index if index >= 0 => Some(index as usize),
+                    index => {
+                        return Err(self.fail(
+                            alias_line,
+                            format!("ALIAS must be -1 or an argument index, got {index}"),
+                        ))
                     }
-                }
-                "CALL" => i = self.call(ins, instructions, i)?,
-                "MUTATE" => self.mutate(ins)?,
-                "MEMORY" | "ALIAS" => {
-                    return Err(self.fail(
-                        line,
-                        format!("{} does not follow a CONSTANT or CALL", ins.kind()),
-                    ));
-                }
-                other => return Err(self.fail(line, format!("unknown instruction `{other}`"))),
+                };
+                let bytes = if alias_of.is_some() { 0 } else { bytes };
+                call.outputs.push((bytes, alias_of, None));
+                self.call_or_wait(call)
             }
         }
-        // Every tensor still referenced is an output.
-        let last = instructions.last().map_or(0, |ins| ins.line);
-        for name in std::mem::take(&mut self.name_order) {
-            let tensor = self.names[&name];
-            if self.builder.refs(tensor) > 0 {
+    }
+
+    /// An instruction that does not continue a CONSTANT or CALL.
+    fn start(&mut self, ins: Instruction<'t>) -> Result<()> {
+        let line = ins.line;
+        let at = (line, ins.known_kind());
+        match ins.body {
+            Body::Annotate { .. } => {}
+            Body::Constant { name } => {
+                let name = self.string(at, "NAME", name)?;
+                self.awaiting = Awaiting::Constant { line, name };
+            }
+            Body::Copy { dst, src } => {
+                let (dst, src) = (self.string(at, "DST", dst)?, self.string(at, "SRC", src)?);
+                let tensor = self.tensor(line, &src)?;
                 self.builder
-                    .read(last, TraceEvent::Pin { tensor }, &format!("`{name}`"))?;
+                    .retain(line, tensor, &format_args!("`{src}`"))?;
+                self.bind_new(line, dst, tensor)?;
+            }
+            Body::CopyFrom { dst, src } => {
+                let (dst, src) = (self.string(at, "DST", dst)?, self.string(at, "SRC", src)?);
+                let (old, new) = (self.tensor(line, &dst)?, self.tensor(line, &src)?);
+                self.builder.del(line, old, &format_args!("`{dst}`"))?;
+                self.builder.retain(line, new, &format_args!("`{src}`"))?;
+                self.bind(dst, new);
+            }
+            Body::Release { name } => {
+                let name = self.string(at, "NAME", name)?;
+                if let Some(&tensor) = self.names.get(&*name) {
+                    self.builder.del(line, tensor, &format_args!("`{name}`"))?;
+                }
+            }
+            Body::Call {
+                name,
+                args,
+                result,
+                time,
+            } => {
+                let op = self.string(at, "NAME", name)?;
+                let args = self.names_of(at, "ARGS", args)?;
+                let results = self.names_of(at, "RESULT", result)?;
+                let cost = self.unsigned(at, "TIME", &time)?;
+                let inputs = self.inputs(line, &args)?;
+                let outputs = SmallVec::with_capacity(results.len());
+                self.call_or_wait(Box::new(PendingCall {
+                    line,
+                    op,
+                    args,
+                    results,
+                    cost,
+                    inputs,
+                    outputs,
+                    memory: None,
+                }))?;
+            }
+            Body::Mutate {
+                name,
+                args,
+                mutate,
+                time,
+            } => {
+                let op = self.string(at, "NAME", name)?;
+                let args = self.names_of::<4>(at, "ARGS", args)?;
+                let cost = self.unsigned(at, "TIME", &time)?;
+                let inputs = self.inputs(line, &args)?;
+                let mut mutated: SmallVec<[usize; 2]> = SmallVec::new();
+                for value in self.list(at, "MUTATE", mutate)? {
+                    let index = self.integer(line, "MUTATE", &value)?;
+                    match usize::try_from(index).ok().filter(|&k| k < args.len()) {
+                        Some(k) => mutated.push(k),
+                        None => {
+                            return Err(self.fail(
+                                line,
+                                format!("MUTATE index {index} is not an argument of `{op}`"),
+                            ))
+                        }
+                    }
+                }
+                self.mutate(line, &op, &args, inputs, &mutated, cost)?;
+            }
+            Body::Memory { .. } | Body::Alias { .. } => {
+                return Err(self.fail(line, format!("{} does not follow a CONSTANT or CALL", at.1)));
+            }
+            Body::Unknown(other) => {
+                return Err(self.fail(line, format!("unknown instruction `{other}`")))
             }
         }
         Ok(())
     }
 
-    /// A CALL and its MEMORY/ALIAS lines; returns the index after them.
-    fn call(
-        &mut self,
-        ins: &Instruction,
-        instructions: &[Instruction],
-        mut i: usize,
-    ) -> Result<usize> {
-        let line = ins.line;
-        let op = self.string(ins, "NAME")?;
-        let args = self.names_of(ins, "ARGS")?;
-        let results = self.names_of(ins, "RESULT")?;
-        let cost = self.unsigned(ins, "TIME")?;
-        let inputs: SmallVec<[TraceTensor; 4]> = args
-            .iter()
-            .map(|a| self.tensor(line, a))
-            .collect::<Result<_>>()?;
-        let mut outputs = Vec::with_capacity(results.len());
-        for result in &results {
-            let memory = self.expect(line, instructions.get(i), "MEMORY", result)?;
-            let alias = self.expect(line, instructions.get(i + 1), "ALIAS", result)?;
-            i += 2;
-            let bytes = self.unsigned(memory, "MEMORY")?;
-            let alias_of = match self.integer(alias.line, "ALIAS", self.field(alias, "ALIAS")?)? {
-                -1 => None,
-                index if index >= 0 => Some(index as usize),
-                index => {
-                    return Err(self.fail(
-                        alias.line,
-                        format!("ALIAS must be -1 or an argument index, got {index}"),
-                    ))
-                }
-            };
-            outputs.push((if alias_of.is_some() { 0 } else { bytes }, alias_of, None));
+    /// Adds a CALL's op once every result's lines are read, else waits for
+    /// the next ones.
+    fn call_or_wait(&mut self, call: Box<PendingCall<'t>>) -> Result<()> {
+        if call.outputs.len() < call.results.len() {
+            self.awaiting = Awaiting::Call(call);
+            return Ok(());
         }
+        let PendingCall {
+            line,
+            op,
+            args,
+            results,
+            cost,
+            inputs,
+            outputs,
+            ..
+        } = *call;
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
-        let made =
-            self.builder
-                .apply(line, op.clone(), None, inputs, &outputs, cost, None, &label)?;
+        let made = self.builder.apply(
+            line,
+            op.to_string(),
+            None,
+            inputs,
+            &outputs,
+            cost,
+            None,
+            &label,
+        )?;
         for (name, tensor) in results.into_iter().zip(made) {
             self.bind_new(line, name, tensor)?;
         }
-        Ok(i)
+        Ok(())
     }
 
     /// A MUTATE: new tensors, of the mutated arguments' storage sizes,
     /// replace them under their names; the old tensors are released.
-    fn mutate(&mut self, ins: &Instruction) -> Result<()> {
-        let line = ins.line;
-        let op = self.string(ins, "NAME")?;
-        let args = self.names_of(ins, "ARGS")?;
-        let cost = self.unsigned(ins, "TIME")?;
-        let inputs: SmallVec<[TraceTensor; 4]> = args
-            .iter()
-            .map(|a| self.tensor(line, a))
-            .collect::<Result<_>>()?;
-        let mut mutated = Vec::new();
-        for value in self.list(ins, "MUTATE")? {
-            let index = self.integer(line, "MUTATE", value)?;
-            match usize::try_from(index).ok().filter(|&k| k < args.len()) {
-                Some(k) => mutated.push(k),
-                None => {
-                    return Err(self.fail(
-                        line,
-                        format!("MUTATE index {index} is not an argument of `{op}`"),
-                    ))
-                }
-            }
-        }
-        let outputs: Vec<_> = mutated
+    fn mutate(
+        &mut self,
+        line: usize,
+        op: &str,
+        args: &[Cow<'t, str>],
+        inputs: SmallVec<[TraceTensor; 4]>,
+        mutated: &[usize],
+        cost: u64,
+    ) -> Result<()> {
+        let outputs: SmallVec<[_; 2]> = mutated
             .iter()
             .map(|&k| (self.builder.storage_bytes(inputs[k]), None, None))
             .collect();
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
         let made = self.builder.apply(
             line,
-            op.clone(),
+            op.to_string(),
             None,
             inputs.clone(),
             &outputs,
@@ -302,42 +744,77 @@ impl Importer<'_> {
         )?;
         for (&k, tensor) in mutated.iter().zip(made) {
             self.builder
-                .del(line, inputs[k], &format!("`{}`", args[k]))?;
+                .del(line, inputs[k], &format_args!("`{}`", args[k]))?;
             self.bind(args[k].clone(), tensor);
         }
         Ok(())
     }
+
+    /// After the last line: nothing may still be awaited, and every tensor
+    /// still referenced is an output.
+    fn finish(mut self) -> Result<Trace> {
+        let missing = match &self.awaiting {
+            Awaiting::Nothing => None,
+            Awaiting::Constant { line, name } => Some((*line, "MEMORY", name.to_string())),
+            Awaiting::Call(call) => {
+                let kind = if call.memory.is_some() {
+                    "ALIAS"
+                } else {
+                    "MEMORY"
+                };
+                Some((call.line, kind, call.result().to_string()))
+            }
+        };
+        if let Some((line, kind, name)) = missing {
+            return Err(self.fail(
+                line,
+                format!("expected {kind} for `{name}` after this line, found the end"),
+            ));
+        }
+        let last = self.last_line;
+        for name in std::mem::take(&mut self.name_order) {
+            let tensor = self.names[&*name];
+            if self.builder.refs(tensor) > 0 {
+                self.builder
+                    .read(last, TraceEvent::Pin { tensor }, &format_args!("`{name}`"))?;
+            }
+        }
+        Ok(self.builder.finish())
+    }
 }
 
 /// Parses a simrd log; `source` names it in errors (`source:line: …`).
+///
+/// Lines are imported as they are read. Every line is read before an
+/// import error is reported, so that a JSON error on any line wins, as it
+/// names the first thing wrong with the file.
 pub fn parse(source: &str, text: &str) -> Result<Trace> {
-    let mut instructions = Vec::new();
-    for (index, raw) in text.lines().enumerate() {
-        let line = index + 1;
-        if raw.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Value>(raw) {
-            Ok(Value::Object(object)) => instructions.push(Instruction { line, object }),
-            Ok(other) => {
-                return Err(Error::Trace(format!(
-                    "{source}:{line}: expected a JSON object, got {other}"
-                )))
+    // The lines of real logs are longer than 32 bytes: an estimate from
+    // above, for room that costs nothing until used.
+    let mut importer = Importer::new(source, text.len() / 32);
+    // The lines before the first `ANNOTATE START`, kept until it comes: a
+    // log without one is imported whole.
+    let mut before_start = Some(Vec::new());
+    let mut failed = None;
+    for (line, raw) in super::numbered_lines(text) {
+        let ins = Instruction::parse(source, line, raw)?;
+        if let Some(skipped) = &mut before_start {
+            if matches!(ins.body, Body::Annotate { start: true }) {
+                before_start = None;
+            } else {
+                skipped.push(ins);
             }
-            Err(e) => return Err(Error::Trace(format!("{source}:{line}: {e}"))),
+        } else if failed.is_none() {
+            failed = importer.step(ins).err();
         }
     }
-    let is_start = |ins: &Instruction| {
-        ins.kind() == "ANNOTATE"
-            && ins.object.get("ANNOTATION").and_then(Value::as_str) == Some("START")
-    };
-    let start = instructions.iter().position(is_start).map_or(0, |p| p + 1);
-    let mut importer = Importer {
-        source,
-        builder: TraceBuilder::new(source),
-        names: HashMap::new(),
-        name_order: Vec::new(),
-    };
-    importer.run(&instructions[start..])?;
-    Ok(importer.builder.finish())
+    for ins in before_start.into_iter().flatten() {
+        if failed.is_none() {
+            failed = importer.step(ins).err();
+        }
+    }
+    match failed {
+        Some(error) => Err(error),
+        None => importer.finish(),
+    }
 }
