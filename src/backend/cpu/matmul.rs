@@ -179,6 +179,83 @@ unsafe fn gemm_raw(
     );
 }
 
+/// Lanes of [`row_dots`]' partial sums (one AVX2 register).
+const DOT_LANES: usize = 8;
+
+/// `out[i·n + j] (+)= a_i · b_j` for the rows `a_i` of `a` (`m × k`) and
+/// `b_j` of `b` (`n × k`), both packed row-major: a product `A Bᵀ` whose
+/// output is small and whose `k` is long (a convolution's weight gradient
+/// sums over every output pixel). GEMM kernels tile the output and do
+/// poorly here, so this blocks 4 × 2 dot products over [`DOT_LANES`]-wide
+/// partial sums. Each dot product adds in the same order whatever block it
+/// falls in: lanes, then the lanes in order, then the tail.
+pub fn row_dots(
+    out: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+) {
+    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n);
+    super::elementwise::vectorized(|| {
+        let (m4, n2) = (m / 4 * 4, n / 2 * 2);
+        for i in (0..m4).step_by(4) {
+            for j in (0..n2).step_by(2) {
+                dot_block::<4, 2>(out, a, b, (i, j), (k, n), accumulate);
+            }
+            for j in n2..n {
+                dot_block::<4, 1>(out, a, b, (i, j), (k, n), accumulate);
+            }
+        }
+        for i in m4..m {
+            for j in 0..n {
+                dot_block::<1, 1>(out, a, b, (i, j), (k, n), accumulate);
+            }
+        }
+    })
+}
+
+#[inline(always)]
+fn dot_block<const MI: usize, const NJ: usize>(
+    out: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (i, j): (usize, usize),
+    (k, n): (usize, usize),
+    accumulate: bool,
+) {
+    type Lanes = [f32; DOT_LANES];
+    let rows_a: [(&[Lanes], &[f32]); MI] =
+        std::array::from_fn(|r| a[(i + r) * k..(i + r + 1) * k].as_chunks::<DOT_LANES>());
+    let rows_b: [(&[Lanes], &[f32]); NJ] =
+        std::array::from_fn(|c| b[(j + c) * k..(j + c + 1) * k].as_chunks::<DOT_LANES>());
+    let mut acc = [[[0.0f32; DOT_LANES]; NJ]; MI];
+    for chunk in 0..k / DOT_LANES {
+        let va: [Lanes; MI] = std::array::from_fn(|r| rows_a[r].0[chunk]);
+        let vb: [Lanes; NJ] = std::array::from_fn(|c| rows_b[c].0[chunk]);
+        for r in 0..MI {
+            for c in 0..NJ {
+                for l in 0..DOT_LANES {
+                    acc[r][c][l] += va[r][l] * vb[c][l];
+                }
+            }
+        }
+    }
+    for r in 0..MI {
+        for c in 0..NJ {
+            let mut sum = 0.0f32;
+            for lane in acc[r][c] {
+                sum += lane;
+            }
+            for (x, y) in rows_a[r].1.iter().zip(rows_b[c].1) {
+                sum += x * y;
+            }
+            let o = &mut out[(i + r) * n + j + c];
+            *o = if accumulate { *o + sum } else { sum };
+        }
+    }
+}
+
 /// How one `m × k × n` product is cut: `(along_rows, block)`, from the
 /// shape alone. The larger of `m` and `n` is split into blocks of at least
 /// [`BLOCK_MIN_FLOPS`] work, at most [`MAX_BLOCKS`] of them.
@@ -407,6 +484,33 @@ mod tests {
                 MatRef::row_major(0, k, n),
             );
             close(&got[p * m * n..(p + 1) * m * n], &want, k);
+        }
+    }
+
+    #[test]
+    fn row_dots_match_the_reference_and_do_not_depend_on_blocking() {
+        for (m, k, n) in [(1, 1, 1), (4, 8, 2), (5, 13, 3), (8, 1024, 72), (9, 257, 7)] {
+            let (a, b) = (data(m * k, 9), data(n * k, 10));
+            let want = reference::matmul(
+                &a,
+                MatRef::row_major(0, m, k),
+                &b,
+                MatRef::row_major(0, n, k).t(),
+            );
+            let mut got = vec![0.0; m * n];
+            row_dots(&mut got, &a, &b, (m, k, n), false);
+            close(&got, &want, k);
+            // Row i alone gives the bits it got inside a 4 × 2 block.
+            for i in 0..m {
+                let mut row = vec![0.0; n];
+                row_dots(&mut row, &a[i * k..(i + 1) * k], &b, (1, k, n), false);
+                assert!(row
+                    .iter()
+                    .zip(&got[i * n..])
+                    .all(|(x, y)| x.to_bits() == y.to_bits()));
+            }
+            row_dots(&mut got, &a, &b, (m, k, n), true);
+            close(&got, &want.iter().map(|w| 2.0 * w).collect::<Vec<_>>(), k);
         }
     }
 

@@ -6,9 +6,11 @@
 
 use super::elementwise::{max_lanes, sum_lanes, sum_lanes_of, vectorized};
 use super::math::exp;
-use super::matmul::{gemm_into, MatRef, PARALLEL_MIN_FLOPS};
+use super::matmul::{gemm_into, row_dots, MatRef, PARALLEL_MIN_FLOPS};
 use super::parallel::{SharedMut, Threads, ELEMENTWISE_CHUNK};
 use crate::error::{Error, Result};
+use std::ops::Range;
+
 use crate::ops::Window2d;
 
 /// Rows per piece of row-wise work on rows of `len`.
@@ -309,99 +311,141 @@ impl ConvGeometry {
             && self.ow == self.w
     }
 
-    /// Output columns `ox` whose input column `ox * stride + kx - pad` lies
+    /// Output positions `o` along `axis` whose input position
+    /// `o * stride + tap - pad` lies inside the image.
+    fn inside(&self, axis: usize, tap: usize) -> std::ops::Range<usize> {
+        let (stride, pad) = (self.window.stride[axis], self.window.padding[axis]);
+        let (len, out_len) = if axis == 0 {
+            (self.h, self.oh)
+        } else {
+            (self.w, self.ow)
+        };
+        let first = pad.saturating_sub(tap).div_ceil(stride).min(out_len);
+        let end = (len + pad)
+            .checked_sub(tap)
+            .map_or(0, |span| span.div_ceil(stride))
+            .min(out_len);
+        first..end.max(first)
+    }
+
+    /// Stride 1 and as many output as input columns: a tap's valid output
+    /// rows read consecutive input rows with the same pitch, so they are
+    /// one shifted block of the input plane.
+    fn is_shift(&self) -> bool {
+        self.window.stride == [1, 1] && self.ow == self.w
+    }
+
+    /// Visits each tap (row of the im2col matrix) as `(tap, channel, ky,
+    /// kx, rows, columns)`, with the output rows and columns that read
     /// inside the image.
-    fn inside_columns(&self, kx: usize) -> std::ops::Range<usize> {
-        let (stride, pad) = (self.window.stride[1], self.window.padding[1]);
-        let first = pad.saturating_sub(kx).div_ceil(stride);
-        let end = (self.w + pad)
-            .checked_sub(kx)
-            .map_or(0, |span| span.div_ceil(stride));
-        first.min(self.ow)..end.min(self.ow).max(first.min(self.ow))
-    }
-
-    /// Input row read by output row `oy` at tap row `ky`, if inside.
-    fn source_row(&self, oy: usize, ky: usize) -> Option<usize> {
-        let y = (oy * self.window.stride[0] + ky).checked_sub(self.window.padding[0])?;
-        (y < self.h).then_some(y)
-    }
-
-    /// Calls `visit(tap, oy, input_row, columns)` for each tap (row of the
-    /// im2col matrix) and output row: `input_row` is the offset of the
-    /// image row it reads (`None` when that row is padding) and `columns`
-    /// the output columns that read inside the image.
-    fn for_each_tap_row(
+    #[inline(always)]
+    fn for_each_tap(
         &self,
-        mut visit: impl FnMut(usize, usize, Option<usize>, std::ops::Range<usize>),
+        mut visit: impl FnMut(usize, usize, usize, usize, Range<usize>, Range<usize>),
     ) {
         for c in 0..self.c {
             for ky in 0..self.kh {
+                let rows = self.inside(0, ky);
                 for kx in 0..self.kw {
                     let tap = (c * self.kh + ky) * self.kw + kx;
-                    let columns = self.inside_columns(kx);
-                    for oy in 0..self.oh {
-                        let row = self.source_row(oy, ky).map(|y| (c * self.h + y) * self.w);
-                        visit(tap, oy, row, columns.clone());
-                    }
+                    visit(tap, c, ky, kx, rows.clone(), self.inside(1, kx));
                 }
             }
         }
     }
 
-    /// Input column of output column `ox` at tap column `kx` (inside).
-    fn source_column(&self, ox: usize, kx: usize) -> usize {
-        ox * self.window.stride[1] + kx - self.window.padding[1]
+    /// Input offset (within channel `c`'s plane) read by output `(oy, ox)`
+    /// at tap `(ky, kx)`, which must be inside.
+    #[inline(always)]
+    fn source(&self, (oy, ox): (usize, usize), (ky, kx): (usize, usize)) -> usize {
+        let y = oy * self.window.stride[0] + ky - self.window.padding[0];
+        let x = ox * self.window.stride[1] + kx - self.window.padding[1];
+        y * self.w + x
     }
 
     /// One image `[c, h, w]` unfolded to `[c·kh·kw, oh·ow]` (zeros where
     /// the window reads padding).
     fn im2col(&self, image: &[f32], col: &mut [f32]) {
-        let (pixels, ow) = (self.pixels(), self.ow);
-        self.for_each_tap_row(|tap, oy, row, columns| {
-            let out = &mut col[tap * pixels + oy * ow..tap * pixels + (oy + 1) * ow];
-            let Some(row) = row else {
+        let (pixels, ow, plane) = (self.pixels(), self.ow, self.h * self.w);
+        self.for_each_tap(|tap, c, ky, kx, rows, columns| {
+            let out = &mut col[tap * pixels..(tap + 1) * pixels];
+            let image = &image[c * plane..(c + 1) * plane];
+            if rows.is_empty() || columns.is_empty() {
                 out.fill(0.0);
                 return;
-            };
-            let kx = tap % self.kw;
-            out[..columns.start].fill(0.0);
-            out[columns.end..].fill(0.0);
-            if columns.is_empty() {
+            }
+            out[..rows.start * ow].fill(0.0);
+            out[rows.end * ow..].fill(0.0);
+            if self.is_shift() {
+                // One copy of the valid block; the columns it wraps into
+                // (padding) are zeroed after.
+                let first = rows.start * ow + columns.start;
+                let end = (rows.end - 1) * ow + columns.end;
+                let src = self.source((rows.start, columns.start), (ky, kx));
+                out[first..end].copy_from_slice(&image[src..src + (end - first)]);
+                for x in (0..columns.start).chain(columns.end..ow) {
+                    for oy in rows.clone() {
+                        out[oy * ow + x] = 0.0;
+                    }
+                }
                 return;
             }
-            let first = row + self.source_column(columns.start, kx);
-            if self.window.stride[1] == 1 {
-                out[columns.clone()].copy_from_slice(&image[first..first + columns.len()]);
-            } else {
-                let stride = self.window.stride[1];
-                for (j, o) in out[columns].iter_mut().enumerate() {
-                    *o = image[first + j * stride];
+            let stride = self.window.stride[1];
+            for oy in rows {
+                let row = &mut out[oy * ow..(oy + 1) * ow];
+                row[..columns.start].fill(0.0);
+                row[columns.end..].fill(0.0);
+                let src = self.source((oy, columns.start), (ky, kx));
+                for (j, o) in row[columns.clone()].iter_mut().enumerate() {
+                    *o = image[src + j * stride];
                 }
             }
         });
     }
 
     /// Adds an im2col-shaped gradient back onto its image (`[c, h, w]`),
-    /// taps and pixels in a fixed order.
-    fn col2im(&self, col: &[f32], image: &mut [f32]) {
-        let (pixels, ow) = (self.pixels(), self.ow);
-        self.for_each_tap_row(|tap, oy, row, columns| {
-            let (Some(row), false) = (row, columns.is_empty()) else {
-                return;
-            };
-            let src = &col[tap * pixels + oy * ow..tap * pixels + (oy + 1) * ow];
-            let first = row + self.source_column(columns.start, tap % self.kw);
-            let stride = self.window.stride[1];
-            if stride == 1 {
-                let dst = &mut image[first..first + columns.len()];
-                dst.iter_mut()
-                    .zip(&src[columns])
-                    .for_each(|(d, &s)| *d += s);
-            } else {
-                for (j, &s) in src[columns].iter().enumerate() {
-                    image[first + j * stride] += s;
+    /// taps and pixels in a fixed order. Clobbers `col`'s padding entries.
+    fn col2im(&self, col: &mut [f32], image: &mut [f32]) {
+        let (pixels, ow, plane) = (self.pixels(), self.ow, self.h * self.w);
+        let stride = self.window.stride[1];
+        vectorized(|| {
+            self.for_each_tap(|tap, c, ky, kx, rows, columns| {
+                let col = &mut col[tap * pixels..(tap + 1) * pixels];
+                let image = &mut image[c * plane..(c + 1) * plane];
+                if rows.is_empty() || columns.is_empty() {
+                    return;
                 }
-            }
+                if self.is_shift() {
+                    // Zero the entries that read padding, then add the valid
+                    // block in one pass: the zeros land on the neighbouring
+                    // row's edge pixels and change nothing.
+                    for x in (0..columns.start).chain(columns.end..ow) {
+                        for oy in rows.clone() {
+                            col[oy * ow + x] = 0.0;
+                        }
+                    }
+                    let first = rows.start * ow + columns.start;
+                    let end = (rows.end - 1) * ow + columns.end;
+                    let dst = self.source((rows.start, columns.start), (ky, kx));
+                    let dst = &mut image[dst..dst + (end - first)];
+                    dst.iter_mut()
+                        .zip(&col[first..end])
+                        .for_each(|(d, &s)| *d += s);
+                    return;
+                }
+                for oy in rows {
+                    let src = &col[oy * ow + columns.start..oy * ow + columns.end];
+                    let first = self.source((oy, columns.start), (ky, kx));
+                    if stride == 1 {
+                        let dst = &mut image[first..first + src.len()];
+                        dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
+                    } else {
+                        for (j, &s) in src.iter().enumerate() {
+                            image[first + j * stride] += s;
+                        }
+                    }
+                }
+            })
         });
     }
 
@@ -430,15 +474,16 @@ pub fn conv2d(threads: &Threads, x: &[f32], weight: &[f32], g: &ConvGeometry) ->
             );
             return;
         }
-        let mut col = vec![0.0; taps * pixels];
-        g.im2col(image, &mut col);
-        gemm_into(
-            out,
-            pixels,
-            lhs,
-            (&col, MatRef::row_major(0, taps, pixels)),
-            false,
-        );
+        threads.with_scratch(taps * pixels, |col| {
+            g.im2col(image, col);
+            gemm_into(
+                out,
+                pixels,
+                lhs,
+                (col, MatRef::row_major(0, taps, pixels)),
+                false,
+            );
+        });
     });
     out
 }
@@ -461,12 +506,19 @@ pub fn conv2d_backward_data(
             gemm_into(dx, pixels, wt, dy, false);
             return;
         }
-        let mut col = vec![0.0; taps * pixels];
-        gemm_into(&mut col, pixels, wt, dy, false);
-        g.col2im(&col, dx);
+        threads.with_scratch(taps * pixels, |col| {
+            gemm_into(col, pixels, wt, dy, false);
+            g.col2im(col, dx);
+        });
     });
     dx
 }
+
+/// Outputs per image from which a weight gradient's per-image product
+/// `dyₙ × im2col(xₙ)ᵀ` (a long sum over the pixels into a small output)
+/// runs as [`row_dots`] rather than GEMM, which tiles that output poorly
+/// (measured on the ResNet example's shapes).
+const ROW_DOTS_MIN_PIXELS: usize = 256;
 
 /// `Σₙ dyₙ × im2col(xₙ)ᵀ`: images in at most [`CONV_WEIGHT_GROUPS`] fixed
 /// groups, each summed in order by one task, the groups then in order.
@@ -479,25 +531,36 @@ pub fn conv2d_backward_weight(
     let (taps, pixels) = (g.taps(), g.pixels());
     let group = g.n.div_ceil(CONV_WEIGHT_GROUPS).max(1);
     let groups = g.n.div_ceil(group);
-    let partials = threads.map(groups, g.n * g.image_flops(), PARALLEL_MIN_FLOPS, |i| {
-        let mut dw = vec![0.0f32; g.o * taps];
-        let mut col = vec![0.0f32; if g.is_pointwise() { 0 } else { taps * pixels }];
-        for (k, n) in (i * group..((i + 1) * group).min(g.n)).enumerate() {
-            let image = &x[n * g.image_len()..(n + 1) * g.image_len()];
-            let cols: &[f32] = if g.is_pointwise() {
-                image
-            } else {
-                g.im2col(image, &mut col);
-                &col
-            };
+    let accumulate = |dw: &mut [f32], n: usize, cols: &[f32], again: bool| {
+        let dy_n = &dy[n * g.o * pixels..(n + 1) * g.o * pixels];
+        if pixels >= ROW_DOTS_MIN_PIXELS {
+            row_dots(dw, dy_n, cols, (g.o, pixels, taps), again);
+        } else {
             gemm_into(
-                &mut dw,
+                dw,
                 taps,
-                (dy, MatRef::row_major(n * g.o * pixels, g.o, pixels)),
+                (dy_n, MatRef::row_major(0, g.o, pixels)),
                 (cols, MatRef::row_major(0, taps, pixels).t()),
-                k > 0,
+                again,
             );
         }
+    };
+    let partials = threads.map(groups, g.n * g.image_flops(), PARALLEL_MIN_FLOPS, |i| {
+        let mut dw = vec![0.0f32; g.o * taps];
+        let images = i * group..((i + 1) * group).min(g.n);
+        if g.is_pointwise() {
+            for (k, n) in images.enumerate() {
+                let image = &x[n * g.image_len()..(n + 1) * g.image_len()];
+                accumulate(&mut dw, n, image, k > 0);
+            }
+            return dw;
+        }
+        threads.with_scratch(taps * pixels, |col| {
+            for (k, n) in images.enumerate() {
+                g.im2col(&x[n * g.image_len()..(n + 1) * g.image_len()], col);
+                accumulate(&mut dw, n, col, k > 0);
+            }
+        });
         dw
     });
     let mut partials = partials.into_iter();
@@ -755,7 +818,7 @@ mod tests {
 
     #[test]
     fn convolution_and_its_gradients_match_the_scalar_reference() {
-        let cases: [Case; 8] = [
+        let cases: [Case; 9] = [
             ([1, 1, 1, 1], [1, 1], 1, [1, 1], [0, 0]),
             ([2, 3, 5, 7], [3, 3], 4, [1, 1], [1, 1]),
             ([3, 2, 7, 5], [3, 2], 5, [2, 3], [1, 0]),
@@ -764,6 +827,8 @@ mod tests {
             ([2, 8, 16, 16], [3, 3], 16, [2, 2], [1, 1]),
             ([9, 4, 8, 8], [3, 3], 8, [1, 1], [1, 1]),
             ([1, 2, 3, 3], [3, 3], 1, [3, 3], [0, 0]),
+            // Enough pixels for the weight gradient's row-dot kernel.
+            ([3, 3, 20, 17], [3, 3], 5, [1, 1], [1, 1]),
         ];
         for ([n, c, h, w], [kh, kw], o, stride, padding) in cases {
             let window = Window2d { stride, padding };

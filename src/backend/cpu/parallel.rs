@@ -5,7 +5,7 @@
 //! only decide which piece runs where, so a kernel gives the same bits with
 //! 1 thread or 16.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
@@ -24,6 +24,11 @@ pub const ELEMENTWISE_CHUNK: usize = 1 << 14;
 pub struct Threads {
     pool: Option<Arc<rayon::ThreadPool>>,
     count: usize,
+    /// Buffers for kernels' temporaries (im2col matrices), kept between
+    /// ops so a large temporary is not zeroed and faulted in on every call;
+    /// at most one per thread. This workspace is outside the budget, like
+    /// a GPU library's.
+    scratch: Arc<Mutex<Vec<Vec<f32>>>>,
 }
 
 impl Threads {
@@ -43,7 +48,28 @@ impl Threads {
         } else {
             None
         };
-        Ok(Threads { pool, count })
+        Ok(Threads {
+            pool,
+            count,
+            scratch: Arc::default(),
+        })
+    }
+
+    /// Runs `f` on a buffer of `len` elements holding whatever an earlier
+    /// user left there: `f` must write before it reads.
+    pub fn with_scratch<R>(&self, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+        let taken = self.scratch.lock().ok().and_then(|mut free| free.pop());
+        let mut buffer = taken.unwrap_or_default();
+        if buffer.len() < len {
+            buffer.resize(len, 0.0);
+        }
+        let result = f(&mut buffer[..len]);
+        if let Ok(mut free) = self.scratch.lock() {
+            if free.len() < self.count {
+                free.push(buffer);
+            }
+        }
+        result
     }
 
     /// Every core the process may use.
