@@ -23,14 +23,19 @@ fn train(
     let backend = CpuBackend::with_threads(threads).unwrap();
     let s = Session::new(backend, config).unwrap();
     let mut rng = s.rng(5);
-    let (n, side, hidden, classes) = (4, 32, 128, 10);
-    let stem = nn::Conv2d::new(&s, 3, 8, 3, 1, &mut rng).unwrap();
-    let down = nn::Conv2d::new(&s, 8, 8, 3, 2, &mut rng).unwrap();
-    let proj = nn::Linear::new(&s, 8 * 8 * 8, hidden, &mut rng).unwrap();
+    // Sizes past the backend's parallel thresholds (4 Mflop per product,
+    // 32k elements for softmax and layer norm).
+    let (n, side, width, hidden, classes) = (8, 32, 16, 128, 10);
+    let stem = nn::Conv2d::new(&s, 3, width, 3, 1, &mut rng).unwrap();
+    let body = nn::Conv2d::new(&s, width, width, 3, 1, &mut rng).unwrap();
+    let down = nn::Conv2d::new(&s, width, width, 3, 2, &mut rng).unwrap();
+    let flat = width * 8 * 8;
+    let proj = nn::Linear::new(&s, flat, hidden, &mut rng).unwrap();
     let norm = nn::LayerNorm::new(&s, hidden).unwrap();
     let mix = nn::Linear::new(&s, hidden, hidden, &mut rng).unwrap();
     let head = nn::Linear::new(&s, hidden, classes, &mut rng).unwrap();
     let mut params = stem.params();
+    params.extend(body.params());
     params.extend(down.params());
     params.extend(proj.params());
     params.extend(norm.params());
@@ -56,9 +61,10 @@ fn train(
     let mut losses = Vec::new();
     for _ in 0..3 {
         let h = stem.forward(&x).unwrap().relu().unwrap();
+        let h = body.forward(&h).unwrap().relu().unwrap();
         let h = h.max_pool2d([2, 2], pool).unwrap();
         let h = down.forward(&h).unwrap().tanh().unwrap();
-        let h = h.reshape(&[n, 8 * 8 * 8]).unwrap();
+        let h = h.reshape(&[n, flat]).unwrap();
         let h = norm
             .forward(&proj.forward(&h).unwrap())
             .unwrap()

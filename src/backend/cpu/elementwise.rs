@@ -11,7 +11,9 @@ use std::mem::MaybeUninit;
 use smallvec::SmallVec;
 
 use super::math::{exp, tanh};
-use super::parallel::{Threads, ELEMENTWISE_CHUNK, PARALLEL_MIN_ELEMENTS};
+use super::parallel::{
+    Threads, ELEMENTWISE_CHUNK, PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_HEAVY_ELEMENTS as HEAVY,
+};
 use crate::ops::{BinaryOp, ReduceOp, ScalarOp, UnaryOp};
 use crate::shape::Layout;
 
@@ -34,12 +36,12 @@ pub fn vectorized<R>(body: impl FnOnce() -> R) -> R {
 }
 
 /// A new vector of `n` values, written by `fill(start, piece)` for
-/// consecutive pieces (in parallel when large).
+/// consecutive pieces (in parallel from `min` elements).
 ///
 /// `fill` must write every element of its piece.
 fn new_vec(
     threads: &Threads,
-    n: usize,
+    (n, min): (usize, usize),
     chunk: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync + Send,
 ) -> Vec<f32> {
@@ -47,7 +49,7 @@ fn new_vec(
     threads.for_each_chunk(
         &mut out.spare_capacity_mut()[..n],
         chunk,
-        None,
+        min,
         |i, piece| fill(i * chunk, piece),
     );
     // SAFETY: the pieces cover `0..n` and `fill` wrote each of their
@@ -56,39 +58,55 @@ fn new_vec(
     out
 }
 
-/// `f(x[i])` for every element.
+/// `f(x[i])` for every element, in parallel from `min` elements.
 #[inline(always)]
-fn map1(threads: &Threads, x: &[f32], f: impl Fn(f32) -> f32 + Sync + Send) -> Vec<f32> {
-    new_vec(threads, x.len(), ELEMENTWISE_CHUNK, |start, piece| {
-        let x = &x[start..start + piece.len()];
-        vectorized(|| {
-            for (o, &v) in piece.iter_mut().zip(x) {
-                o.write(f(v));
-            }
-        })
-    })
+fn map1(
+    threads: &Threads,
+    min: usize,
+    x: &[f32],
+    f: impl Fn(f32) -> f32 + Sync + Send,
+) -> Vec<f32> {
+    new_vec(
+        threads,
+        (x.len(), min),
+        ELEMENTWISE_CHUNK,
+        |start, piece| {
+            let x = &x[start..start + piece.len()];
+            vectorized(|| {
+                for (o, &v) in piece.iter_mut().zip(x) {
+                    o.write(f(v));
+                }
+            })
+        },
+    )
 }
 
-/// `f(x[i], y[i])` for every element.
+/// `f(x[i], y[i])` for every element, in parallel from `min` elements.
 #[inline(always)]
 fn map2(
     threads: &Threads,
+    min: usize,
     x: &[f32],
     y: &[f32],
     f: impl Fn(f32, f32) -> f32 + Sync + Send,
 ) -> Vec<f32> {
     assert_eq!(x.len(), y.len());
-    new_vec(threads, x.len(), ELEMENTWISE_CHUNK, |start, piece| {
-        let (x, y) = (
-            &x[start..start + piece.len()],
-            &y[start..start + piece.len()],
-        );
-        vectorized(|| {
-            for ((o, &a), &b) in piece.iter_mut().zip(x).zip(y) {
-                o.write(f(a, b));
-            }
-        })
-    })
+    new_vec(
+        threads,
+        (x.len(), min),
+        ELEMENTWISE_CHUNK,
+        |start, piece| {
+            let (x, y) = (
+                &x[start..start + piece.len()],
+                &y[start..start + piece.len()],
+            );
+            vectorized(|| {
+                for ((o, &a), &b) in piece.iter_mut().zip(x).zip(y) {
+                    o.write(f(a, b));
+                }
+            })
+        },
+    )
 }
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -96,42 +114,54 @@ const GELU_CUBIC: f32 = 0.044_715;
 
 pub fn unary(threads: &Threads, op: UnaryOp, x: &[f32]) -> Vec<f32> {
     match op {
-        UnaryOp::Neg => map1(threads, x, |x| -x),
-        UnaryOp::Exp => map1(threads, x, exp),
-        UnaryOp::Log => map1(threads, x, f32::ln),
-        UnaryOp::Sqrt => map1(threads, x, f32::sqrt),
-        UnaryOp::Relu => map1(threads, x, |x| x.max(0.0)),
-        UnaryOp::Gelu => map1(threads, x, |x| {
+        UnaryOp::Neg => map1(threads, PARALLEL_MIN_ELEMENTS, x, |x| -x),
+        UnaryOp::Exp => map1(threads, HEAVY, x, exp),
+        UnaryOp::Log => map1(threads, HEAVY, x, f32::ln),
+        UnaryOp::Sqrt => map1(threads, PARALLEL_MIN_ELEMENTS, x, f32::sqrt),
+        UnaryOp::Relu => map1(threads, PARALLEL_MIN_ELEMENTS, x, |x| x.max(0.0)),
+        UnaryOp::Gelu => map1(threads, HEAVY, x, |x| {
             0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)))
         }),
-        UnaryOp::Tanh => map1(threads, x, tanh),
-        UnaryOp::Sigmoid => map1(threads, x, |x| 1.0 / (1.0 + exp(-x))),
+        UnaryOp::Tanh => map1(threads, HEAVY, x, tanh),
+        UnaryOp::Sigmoid => map1(threads, HEAVY, x, |x| 1.0 / (1.0 + exp(-x))),
     }
 }
 
 /// `saved` is the op's output or input, as [`UnaryOp::backward_uses_output`] says.
 pub fn unary_backward(threads: &Threads, op: UnaryOp, grad: &[f32], saved: &[f32]) -> Vec<f32> {
     match op {
-        UnaryOp::Neg => map2(threads, grad, saved, |g, _| -g),
-        UnaryOp::Exp => map2(threads, grad, saved, |g, s| g * s),
-        UnaryOp::Log => map2(threads, grad, saved, |g, s| g / s),
-        UnaryOp::Sqrt => map2(threads, grad, saved, |g, s| g / (2.0 * s)),
-        UnaryOp::Relu => map2(threads, grad, saved, |g, s| if s > 0.0 { g } else { 0.0 }),
-        UnaryOp::Gelu => map2(threads, grad, saved, |g, x| {
+        UnaryOp::Neg => map2(threads, PARALLEL_MIN_ELEMENTS, grad, saved, |g, _| -g),
+        UnaryOp::Exp => map2(threads, PARALLEL_MIN_ELEMENTS, grad, saved, |g, s| g * s),
+        UnaryOp::Log => map2(threads, PARALLEL_MIN_ELEMENTS, grad, saved, |g, s| g / s),
+        UnaryOp::Sqrt => map2(threads, PARALLEL_MIN_ELEMENTS, grad, saved, |g, s| {
+            g / (2.0 * s)
+        }),
+        UnaryOp::Relu => map2(threads, PARALLEL_MIN_ELEMENTS, grad, saved, |g, s| {
+            if s > 0.0 {
+                g
+            } else {
+                0.0
+            }
+        }),
+        UnaryOp::Gelu => map2(threads, HEAVY, grad, saved, |g, x| {
             let t = tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x));
             let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
             g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
         }),
-        UnaryOp::Tanh => map2(threads, grad, saved, |g, s| g * (1.0 - s * s)),
-        UnaryOp::Sigmoid => map2(threads, grad, saved, |g, s| g * s * (1.0 - s)),
+        UnaryOp::Tanh => map2(threads, PARALLEL_MIN_ELEMENTS, grad, saved, |g, s| {
+            g * (1.0 - s * s)
+        }),
+        UnaryOp::Sigmoid => map2(threads, PARALLEL_MIN_ELEMENTS, grad, saved, |g, s| {
+            g * s * (1.0 - s)
+        }),
     }
 }
 
 pub fn scalar(threads: &Threads, op: ScalarOp, x: &[f32], c: f32) -> Vec<f32> {
     match op {
-        ScalarOp::Add => map1(threads, x, |x| x + c),
-        ScalarOp::Mul => map1(threads, x, |x| x * c),
-        ScalarOp::Pow => map1(threads, x, |x| x.powf(c)),
+        ScalarOp::Add => map1(threads, PARALLEL_MIN_ELEMENTS, x, |x| x + c),
+        ScalarOp::Mul => map1(threads, PARALLEL_MIN_ELEMENTS, x, |x| x * c),
+        ScalarOp::Pow => map1(threads, HEAVY, x, |x| x.powf(c)),
     }
 }
 
@@ -220,7 +250,7 @@ impl<const K: usize> Walk<K> {
         let rows_per_piece = (ELEMENTWISE_CHUNK / inner.max(1)).max(1);
         new_vec(
             threads,
-            rows * inner,
+            (rows * inner, PARALLEL_MIN_ELEMENTS),
             rows_per_piece * inner,
             |start, piece| {
                 let first = start / inner.max(1);
@@ -282,6 +312,7 @@ fn broadcast(
         let n = la.numel();
         return map2(
             threads,
+            PARALLEL_MIN_ELEMENTS,
             &a[la.offset..la.offset + n],
             &b[lb.offset..lb.offset + n],
             f,
@@ -442,7 +473,7 @@ pub fn reduce(
         threads.for_each_chunk(
             &mut out,
             rows_per_piece,
-            Some(REDUCE_PARALLEL_MIN / len.max(1)),
+            REDUCE_PARALLEL_MIN / len.max(1),
             |i, piece| {
                 for (r, o) in piece.iter_mut().enumerate() {
                     let row = (i * rows_per_piece + r) * len;
@@ -510,7 +541,7 @@ mod tests {
 
     #[test]
     fn gather_follows_any_strides() {
-        let threads = Threads::new(2).unwrap();
+        let threads = Threads::always_parallel(2);
         let buffer = data(2 * 3 * 5 + 1, 1);
         // [5, 3, 2] read from a [2, 3, 5] tensor at offset 1, axes reversed.
         let layout = Layout {
@@ -534,7 +565,7 @@ mod tests {
 
     #[test]
     fn broadcast_binary_matches_elementwise_definition() {
-        let threads = Threads::new(3).unwrap();
+        let threads = Threads::always_parallel(3);
         let (a, b) = (data(257 * 129, 3), data(129, 4));
         let la = Layout::contiguous(&[257, 129]);
         let lb = Layout {
@@ -574,8 +605,12 @@ mod tests {
             for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
                 let first = reduce(&Threads::new(1).unwrap(), op, &x, (outer, len, inner));
                 for threads in [2, 4] {
-                    let again =
-                        reduce(&Threads::new(threads).unwrap(), op, &x, (outer, len, inner));
+                    let again = reduce(
+                        &Threads::always_parallel(threads),
+                        op,
+                        &x,
+                        (outer, len, inner),
+                    );
                     assert!(first
                         .iter()
                         .zip(&again)

@@ -7,7 +7,9 @@
 use super::elementwise::{max_lanes, sum_lanes, sum_lanes_of, vectorized};
 use super::math::exp;
 use super::matmul::{gemm_into, row_dots, MatRef, PARALLEL_MIN_FLOPS};
-use super::parallel::{SharedMut, Threads, ELEMENTWISE_CHUNK};
+use super::parallel::{
+    SharedMut, Threads, ELEMENTWISE_CHUNK, PARALLEL_MIN_HEAVY_ELEMENTS as HEAVY,
+};
 use crate::error::{Error, Result};
 use std::ops::Range;
 
@@ -28,7 +30,7 @@ pub fn softmax(
     let mut out = vec![0.0; x.len()];
     if inner == 1 {
         let rows = rows_per_piece(len);
-        threads.for_each_chunk(&mut out, rows * len.max(1), None, |i, piece| {
+        threads.for_each_chunk(&mut out, rows * len.max(1), HEAVY, |i, piece| {
             let first = i * rows;
             for (r, out) in piece.chunks_mut(len.max(1)).enumerate() {
                 let row = &x[(first + r) * len..(first + r + 1) * len];
@@ -37,7 +39,7 @@ pub fn softmax(
         });
         return out;
     }
-    threads.for_each_chunk(&mut out, len * inner, None, |o, out| {
+    threads.for_each_chunk(&mut out, len * inner, HEAVY, |o, out| {
         let x = &x[o * len * inner..(o + 1) * len * inner];
         for i in 0..inner {
             let at = |l: usize| l * inner + i;
@@ -87,7 +89,7 @@ pub fn softmax_backward(
     let mut out = vec![0.0; y.len()];
     if inner == 1 {
         let rows = rows_per_piece(len);
-        threads.for_each_chunk(&mut out, rows * len.max(1), None, |i, piece| {
+        threads.for_each_chunk(&mut out, rows * len.max(1), HEAVY, |i, piece| {
             let first = i * rows;
             for (r, out) in piece.chunks_mut(len.max(1)).enumerate() {
                 let span = (first + r) * len..(first + r + 1) * len;
@@ -114,7 +116,7 @@ pub fn softmax_backward(
         });
         return out;
     }
-    threads.for_each_chunk(&mut out, len * inner, None, |o, out| {
+    threads.for_each_chunk(&mut out, len * inner, HEAVY, |o, out| {
         let span = o * len * inner..(o + 1) * len * inner;
         let (grad, y) = (&grad[span.clone()], &y[span]);
         for i in 0..inner {
@@ -147,21 +149,16 @@ pub fn layer_norm(
     let rows = x.len() / d;
     let mut stats = vec![(0.0f32, 0.0f32); rows];
     let per_piece = rows_per_piece(d);
-    threads.for_each_chunk(
-        &mut stats,
-        per_piece,
-        Some(rows_per_piece_min(d)),
-        |i, piece| {
-            for (r, stat) in piece.iter_mut().enumerate() {
-                let row = &x[(i * per_piece + r) * d..(i * per_piece + r + 1) * d];
-                let mean = vectorized(|| sum_lanes(row)) / d as f32;
-                let var = vectorized(|| sum_lanes_of(row, |v| (v - mean) * (v - mean))) / d as f32;
-                *stat = (mean, 1.0 / (var + eps).sqrt());
-            }
-        },
-    );
+    threads.for_each_chunk(&mut stats, per_piece, HEAVY / d.max(1), |i, piece| {
+        for (r, stat) in piece.iter_mut().enumerate() {
+            let row = &x[(i * per_piece + r) * d..(i * per_piece + r + 1) * d];
+            let mean = vectorized(|| sum_lanes(row)) / d as f32;
+            let var = vectorized(|| sum_lanes_of(row, |v| (v - mean) * (v - mean))) / d as f32;
+            *stat = (mean, 1.0 / (var + eps).sqrt());
+        }
+    });
     let mut y = vec![0.0; x.len()];
-    threads.for_each_chunk(&mut y, per_piece * d, None, |i, piece| {
+    threads.for_each_chunk(&mut y, per_piece * d, HEAVY, |i, piece| {
         for (r, out) in piece.chunks_mut(d).enumerate() {
             let row_index = i * per_piece + r;
             let row = &x[row_index * d..(row_index + 1) * d];
@@ -175,11 +172,6 @@ pub fn layer_norm(
     });
     let (means, rstds) = stats.into_iter().unzip();
     (y, means, rstds)
-}
-
-/// Row-wise work on rows of `d` goes to the pool from this many rows.
-fn rows_per_piece_min(d: usize) -> usize {
-    super::parallel::PARALLEL_MIN_ELEMENTS / d.max(1)
 }
 
 /// Rows whose parameter gradients one task sums before the blocks' partial
@@ -200,40 +192,35 @@ pub fn layer_norm_backward(
     let mut dx = vec![0.0; x.len()];
     let dx_ptr = SharedMut::new(dx.as_mut_ptr());
     let blocks = rows.div_ceil(LAYER_NORM_ROW_BLOCK);
-    let partials = threads.map(
-        blocks,
-        x.len(),
-        super::parallel::PARALLEL_MIN_ELEMENTS,
-        |block| {
-            let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
-            let (mut xhat, mut dxhat) = (vec![0.0f32; d], vec![0.0f32; d]);
-            let start = block * LAYER_NORM_ROW_BLOCK;
-            for r in start..(start + LAYER_NORM_ROW_BLOCK).min(rows) {
-                let (x, dy) = (&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]);
-                // SAFETY: row r of dx belongs to this block's task alone.
-                let dx = unsafe { std::slice::from_raw_parts_mut(dx_ptr.get().add(r * d), d) };
-                let (m, s) = (mean[r], rstd[r]);
-                vectorized(|| {
-                    for j in 0..d {
-                        xhat[j] = (x[j] - m) * s;
-                        dxhat[j] = dy[j] * gamma[j];
-                        dgamma[j] += dy[j] * xhat[j];
-                        dbeta[j] += dy[j];
-                    }
-                    let mean_dxhat = sum_lanes(&dxhat) / d as f32;
-                    // dxhat·xhat, staged in dx's row to sum it in lane order.
-                    for ((o, &a), &b) in dx.iter_mut().zip(&xhat).zip(&dxhat) {
-                        *o = a * b;
-                    }
-                    let mean_dxhat_xhat = sum_lanes(dx) / d as f32;
-                    for j in 0..d {
-                        dx[j] = s * (dxhat[j] - mean_dxhat - xhat[j] * mean_dxhat_xhat);
-                    }
-                });
-            }
-            (dgamma, dbeta)
-        },
-    );
+    let partials = threads.map(blocks, x.len(), HEAVY, |block| {
+        let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
+        let (mut xhat, mut dxhat) = (vec![0.0f32; d], vec![0.0f32; d]);
+        let start = block * LAYER_NORM_ROW_BLOCK;
+        for r in start..(start + LAYER_NORM_ROW_BLOCK).min(rows) {
+            let (x, dy) = (&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]);
+            // SAFETY: row r of dx belongs to this block's task alone.
+            let dx = unsafe { std::slice::from_raw_parts_mut(dx_ptr.get().add(r * d), d) };
+            let (m, s) = (mean[r], rstd[r]);
+            vectorized(|| {
+                for j in 0..d {
+                    xhat[j] = (x[j] - m) * s;
+                    dxhat[j] = dy[j] * gamma[j];
+                    dgamma[j] += dy[j] * xhat[j];
+                    dbeta[j] += dy[j];
+                }
+                let mean_dxhat = sum_lanes(&dxhat) / d as f32;
+                // dxhat·xhat, staged in dx's row to sum it in lane order.
+                for ((o, &a), &b) in dx.iter_mut().zip(&xhat).zip(&dxhat) {
+                    *o = a * b;
+                }
+                let mean_dxhat_xhat = sum_lanes(dx) / d as f32;
+                for j in 0..d {
+                    dx[j] = s * (dxhat[j] - mean_dxhat - xhat[j] * mean_dxhat_xhat);
+                }
+            });
+        }
+        (dgamma, dbeta)
+    });
     let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
     for (pg, pb) in partials {
         dgamma.iter_mut().zip(&pg).for_each(|(a, b)| *a += b);
@@ -461,7 +448,7 @@ pub fn conv2d(threads: &Threads, x: &[f32], weight: &[f32], g: &ConvGeometry) ->
     let mut out = vec![0.0; g.n * g.o * pixels];
     let per_image = (g.o * pixels).max(1);
     let min = g.parallel_min_images() * per_image;
-    threads.for_each_chunk(&mut out, per_image, Some(min), |n, out| {
+    threads.for_each_chunk(&mut out, per_image, min, |n, out| {
         let image = &x[n * g.image_len()..(n + 1) * g.image_len()];
         let lhs = (weight, MatRef::row_major(0, g.o, taps));
         if g.is_pointwise() {
@@ -499,7 +486,7 @@ pub fn conv2d_backward_data(
     let mut dx = vec![0.0; g.n * g.image_len()];
     let per_image = g.image_len().max(1);
     let min = g.parallel_min_images() * per_image;
-    threads.for_each_chunk(&mut dx, per_image, Some(min), |n, dx| {
+    threads.for_each_chunk(&mut dx, per_image, min, |n, dx| {
         let wt = (weight, MatRef::row_major(0, g.o, taps).t());
         let dy = (dy, MatRef::row_major(n * g.o * pixels, g.o, pixels));
         if g.is_pointwise() {
@@ -634,8 +621,7 @@ impl PoolGeometry {
 
 pub fn max_pool2d(threads: &Threads, x: &[f32], g: &PoolGeometry) -> Vec<f32> {
     let mut out = vec![0.0; g.planes * g.out_plane()];
-    let min = super::parallel::PARALLEL_MIN_ELEMENTS;
-    threads.for_each_chunk(&mut out, g.out_plane().max(1), Some(min), |p, out| {
+    threads.for_each_chunk(&mut out, g.out_plane().max(1), HEAVY, |p, out| {
         let x = &x[p * g.in_plane()..(p + 1) * g.in_plane()];
         g.for_each_window(|o, inside| {
             out[o] = inside.map(|i| x[i]).fold(f32::NEG_INFINITY, f32::max)
@@ -646,8 +632,7 @@ pub fn max_pool2d(threads: &Threads, x: &[f32], g: &PoolGeometry) -> Vec<f32> {
 
 pub fn max_pool2d_backward(threads: &Threads, dy: &[f32], x: &[f32], g: &PoolGeometry) -> Vec<f32> {
     let mut dx = vec![0.0; x.len()];
-    let min = super::parallel::PARALLEL_MIN_ELEMENTS;
-    threads.for_each_chunk(&mut dx, g.in_plane().max(1), Some(min), |p, dx| {
+    threads.for_each_chunk(&mut dx, g.in_plane().max(1), HEAVY, |p, dx| {
         let x = &x[p * g.in_plane()..(p + 1) * g.in_plane()];
         let dy = &dy[p * g.out_plane()..(p + 1) * g.out_plane()];
         g.for_each_window(|o, inside| {
@@ -669,8 +654,7 @@ pub fn max_pool2d_backward(threads: &Threads, dy: &[f32], x: &[f32], g: &PoolGeo
 pub fn avg_pool2d(threads: &Threads, x: &[f32], g: &PoolGeometry) -> Vec<f32> {
     let mut out = vec![0.0; g.planes * g.out_plane()];
     let area = g.window_area();
-    let min = super::parallel::PARALLEL_MIN_ELEMENTS;
-    threads.for_each_chunk(&mut out, g.out_plane().max(1), Some(min), |p, out| {
+    threads.for_each_chunk(&mut out, g.out_plane().max(1), HEAVY, |p, out| {
         let x = &x[p * g.in_plane()..(p + 1) * g.in_plane()];
         g.for_each_window(|o, inside| out[o] = inside.map(|i| x[i]).sum::<f32>() / area);
     });
@@ -680,8 +664,7 @@ pub fn avg_pool2d(threads: &Threads, x: &[f32], g: &PoolGeometry) -> Vec<f32> {
 pub fn avg_pool2d_backward(threads: &Threads, dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
     let mut dx = vec![0.0; g.planes * g.in_plane()];
     let area = g.window_area();
-    let min = super::parallel::PARALLEL_MIN_ELEMENTS;
-    threads.for_each_chunk(&mut dx, g.in_plane().max(1), Some(min), |p, dx| {
+    threads.for_each_chunk(&mut dx, g.in_plane().max(1), HEAVY, |p, dx| {
         let dy = &dy[p * g.out_plane()..(p + 1) * g.out_plane()];
         g.for_each_window(|o, inside| inside.for_each(|i| dx[i] += dy[o] / area));
     });
@@ -859,7 +842,7 @@ mod tests {
             close(&format!("dx {what}"), &dx, &dx_ref, o * kh * kw);
             close(&format!("dw {what}"), &dw, &dw_ref, n * oh * ow);
             for threads in [2, 3] {
-                let threads = Threads::new(threads).unwrap();
+                let threads = Threads::always_parallel(threads);
                 for _ in 0..3 {
                     assert!(bitwise(&conv2d(&threads, &x, &weight, &g), &y));
                     assert!(bitwise(
@@ -884,7 +867,7 @@ mod tests {
         let log_soft = softmax(&one, &x, (rows, d, 1), true);
         let soft_back = softmax_backward(&one, &dy, &soft, (rows, d, 1), false);
         for threads in [2, 4] {
-            let t = Threads::new(threads).unwrap();
+            let t = Threads::always_parallel(threads);
             let (y2, mean2, rstd2) = layer_norm(&t, &x, &gamma, &beta, d, 1e-5);
             assert!(bitwise(&y, &y2) && bitwise(&mean, &mean2) && bitwise(&rstd, &rstd2));
             let back2 = layer_norm_backward(&t, &dy, &x, &gamma, &mean, &rstd, d);

@@ -9,10 +9,18 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
-/// Elementwise work below this many elements stays on the calling thread:
-/// handing a job to the pool and waiting for it costs about as much as
-/// streaming this many floats (measured on a 2-core host; see the README).
-pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+/// Memory-bound work (copies, adds, relu, scaling, sums) below this many
+/// elements stays on the calling thread. Handing work to the pool and
+/// waiting for it costs about 8 µs on the 2-core development host
+/// (`cargo bench --bench cpu_kernels`: a 32k-element relu takes 4 µs on the
+/// caller, 11 µs split in two), and these ops stream 0.1–0.4 ns per
+/// element, so only tensors of about 100 µs of work gain.
+pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 18;
+
+/// The same for work with a transcendental function or several passes per
+/// element (exp, tanh, GELU, softmax, layer norm, pooling windows), at
+/// 1–3 ns per element.
+pub const PARALLEL_MIN_HEAVY_ELEMENTS: usize = 1 << 15;
 
 /// Elements per piece of elementwise work: large enough to amortise the
 /// hand-off, small enough to balance.
@@ -24,6 +32,9 @@ pub const ELEMENTWISE_CHUNK: usize = 1 << 14;
 pub struct Threads {
     pool: Option<Arc<rayon::ThreadPool>>,
     count: usize,
+    /// Whether small work stays on the caller (tests turn this off so that
+    /// small inputs take the parallel paths too).
+    thresholds: bool,
     /// Buffers for kernels' temporaries (im2col matrices), kept between
     /// ops so a large temporary is not zeroed and faulted in on every call;
     /// at most one per thread. This workspace is outside the budget, like
@@ -51,8 +62,18 @@ impl Threads {
         Ok(Threads {
             pool,
             count,
+            thresholds: true,
             scratch: Arc::default(),
         })
+    }
+
+    /// `count` threads that split work of any size.
+    #[cfg(test)]
+    pub fn always_parallel(count: usize) -> Threads {
+        Threads {
+            thresholds: false,
+            ..Threads::new(count).unwrap()
+        }
     }
 
     /// Runs `f` on a buffer of `len` elements holding whatever an earlier
@@ -84,7 +105,9 @@ impl Threads {
     /// Whether work of `size` (elements, or whatever unit the caller's
     /// threshold is in) is worth handing to the pool.
     fn parallel(&self, size: usize, threshold: usize) -> Option<&rayon::ThreadPool> {
-        self.pool.as_deref().filter(|_| size >= threshold)
+        self.pool
+            .as_deref()
+            .filter(|_| size >= threshold || !self.thresholds)
     }
 
     /// Runs `task(i)` for every `i` in `0..tasks`, on the pool when `size`
@@ -125,19 +148,17 @@ impl Threads {
 
     /// Splits `out` into consecutive chunks of `chunk` elements (the last
     /// may be shorter) and runs `task(index, chunk)` on each, on the pool
-    /// when `out` has at least [`PARALLEL_MIN_ELEMENTS`] elements (or
-    /// `min_elements` when given).
+    /// when `out` has at least `min_elements` elements.
     pub fn for_each_chunk<T: Send>(
         &self,
         out: &mut [T],
         chunk: usize,
-        min_elements: Option<usize>,
+        min_elements: usize,
         task: impl Fn(usize, &mut [T]) + Sync + Send,
     ) {
         use rayon::prelude::*;
         let chunk = chunk.max(1);
-        let threshold = min_elements.unwrap_or(PARALLEL_MIN_ELEMENTS);
-        match self.parallel(out.len(), threshold) {
+        match self.parallel(out.len(), min_elements) {
             Some(pool) if out.len() > chunk => pool.install(|| {
                 out.par_chunks_mut(chunk)
                     .enumerate()
