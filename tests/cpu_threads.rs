@@ -18,8 +18,10 @@ fn train(
     budget_ratio: Option<f64>,
     peak: Option<u64>,
 ) -> (Vec<u32>, Vec<u32>, u64, u64) {
-    let mut config = Config::default();
-    config.budget_bytes = budget_ratio.zip(peak).map(|(r, p)| (p as f64 * r) as u64);
+    let config = Config {
+        budget_bytes: budget_ratio.zip(peak).map(|(r, p)| (p as f64 * r) as u64),
+        ..Config::default()
+    };
     let backend = CpuBackend::with_threads(threads).unwrap();
     let s = Session::new(backend, config).unwrap();
     let mut rng = s.rng(5);
