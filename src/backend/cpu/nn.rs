@@ -705,8 +705,8 @@ pub fn embedding_backward(dy: &[f32], indices: &[f32], vocab: usize, d: usize) -
 }
 
 fn log_sum_exp(row: &[f32]) -> f32 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    max + row.iter().map(|v| exp(v - max)).sum::<f32>().ln()
+    let max = max_lanes(row);
+    max + sum_lanes_of(row, |v| exp(v - max)).ln()
 }
 
 pub fn cross_entropy(logits: &[f32], targets: &[f32], classes: usize) -> Result<f32> {
@@ -714,7 +714,8 @@ pub fn cross_entropy(logits: &[f32], targets: &[f32], classes: usize) -> Result<
     let mut total = 0.0f32;
     for (r, &t) in targets.iter().enumerate() {
         let row = &logits[r * classes..(r + 1) * classes];
-        total += log_sum_exp(row) - row[index(t, classes, "target class")?];
+        let target = index(t, classes, "target class")?;
+        total += vectorized(|| log_sum_exp(row)) - row[target];
     }
     Ok(total / n.max(1) as f32)
 }
@@ -729,13 +730,15 @@ pub fn cross_entropy_backward(
     let mut out = vec![0.0; logits.len()];
     for (r, &t) in targets.iter().enumerate() {
         let row = &logits[r * classes..(r + 1) * classes];
-        let lse = log_sum_exp(row);
         let target = index(t, classes, "target class")?;
-        for j in 0..classes {
-            let p = exp(row[j] - lse);
-            let onehot = if j == target { 1.0 } else { 0.0 };
-            out[r * classes + j] = grad * (p - onehot) / n;
-        }
+        let out = &mut out[r * classes..(r + 1) * classes];
+        let lse = vectorized(|| log_sum_exp(row));
+        vectorized(|| {
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = grad * exp(v - lse) / n;
+            }
+        });
+        out[target] = grad * (exp(row[target] - lse) - 1.0) / n;
     }
     Ok(out)
 }
