@@ -154,15 +154,19 @@ pub fn main<M: Model>() -> ExitCode {
         eprintln!("error: {message}");
         return ExitCode::FAILURE;
     }
+    // All cores unless --threads, as `CpuBackend::new` does.
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let result = (|| {
         let once = |budget: Option<u64>, record: Option<&PathBuf>| match args.backend {
-            BackendArg::Cpu => {
-                let backend = match args.threads {
-                    Some(threads) => CpuBackend::with_threads(threads)?,
-                    None => CpuBackend::new(),
-                };
-                train_once(backend, &model, args, budget, record)
-            }
+            BackendArg::Cpu => train_once(
+                CpuBackend::with_threads(threads)?,
+                &model,
+                args,
+                budget,
+                record,
+            ),
             BackendArg::Wgpu => train_once(
                 WgpuBackend::new(&WgpuOptions::default())?,
                 &model,
@@ -176,10 +180,6 @@ pub fn main<M: Model>() -> ExitCode {
         let budgeted = once(Some(budget), None)?;
         Ok::<_, dtr::Error>((unbounded, budget, budgeted))
     })();
-    let threads = match args.backend {
-        BackendArg::Cpu => args.threads.unwrap_or_else(|| CpuBackend::new().threads()),
-        BackendArg::Wgpu => 0,
-    };
     let (unbounded, budget, budgeted) = match result {
         Ok(runs) => runs,
         Err(error) => {
@@ -202,7 +202,7 @@ pub fn main<M: Model>() -> ExitCode {
         let object = json!({
             "model": model.name(),
             "backend": format!("{:?}", args.backend).to_lowercase(),
-            "threads": threads,
+            "threads": (args.backend == BackendArg::Cpu).then_some(threads),
             "steps": args.steps,
             "policy": args.policy,
             "budget_ratio": args.budget_ratio,

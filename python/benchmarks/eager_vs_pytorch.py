@@ -8,10 +8,11 @@ learning rate, data distribution and step count, `torch.set_num_threads(N)`),
 then prints steps per second for both and their ratio, and dtr under
 0.5 × peak against its own unbounded run.
 
-A step's time is measured from the end of the previous step (the first step
-also builds the model and data, so it is left out of the mean for both
-frameworks). Each configuration runs `--repeat` times in fresh processes
-and the fastest run counts, which damps noise from other work on the host.
+A step's time is measured from the end of the previous step. A run's step
+time is the median over its steps after the first (which also builds the
+model and data), for both frameworks; each configuration runs `--repeat`
+times in fresh processes and the fastest run counts, which damps noise from
+other work on the host (the header prints the load average).
 
     cargo build --release --examples
     python python/benchmarks/eager_vs_pytorch.py --threads 2 --steps 10
@@ -35,9 +36,10 @@ MODELS = ("mlp", "transformer", "resnet")
 
 
 def steady_step_seconds(step_seconds: list[float]) -> float:
-    """Mean step time without the first step (model and data setup, warm-up)."""
-    rest = step_seconds[1:] or step_seconds
-    return sum(rest) / len(rest)
+    """Median step time without the first step (model and data setup, warm-up)."""
+    rest = sorted(step_seconds[1:] or step_seconds)
+    middle = len(rest) // 2
+    return rest[middle] if len(rest) % 2 else (rest[middle - 1] + rest[middle]) / 2
 
 
 # ---------------------------------------------------------------- dtr side
@@ -287,7 +289,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="threads for both frameworks (default: all cores)")
     parser.add_argument("--steps", type=int, default=10, help="training steps per run")
-    parser.add_argument("--repeat", type=int, default=3,
+    parser.add_argument("--repeat", type=int, default=5,
                         help="runs per configuration; the fastest counts")
     parser.add_argument("--budget-ratio", type=float, default=0.5,
                         help="dtr's budget as a fraction of its unbounded peak")
@@ -308,6 +310,7 @@ def main() -> None:
     if unknown or args.steps < 2 or args.repeat < 1 or args.threads < 1:
         sys.exit(f"need --models from {MODELS}, --steps >= 2, --repeat >= 1, --threads >= 1")
 
+    load_before = os.getloadavg()[0]
     rows = []
     for model in models:
         dtr_runs = [run_dtr(model, args.threads, args.steps, args.budget_ratio)
@@ -333,8 +336,10 @@ def main() -> None:
             "torch": torch_runs[0]["torch"],
         })
 
-    print(f"{args.threads} thread(s), {args.steps} steps per run, best of {args.repeat} runs, "
-          f"first step left out; dtr budget {args.budget_ratio} x its unbounded peak")
+    print(f"{args.threads} thread(s), {args.steps} steps per run, median step after the first, "
+          f"best of {args.repeat} runs; dtr budget {args.budget_ratio} x its unbounded peak; "
+          f"{os.cpu_count()} cores, load average {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after")
     header = ("model", "dtr steps/s", "PyTorch steps/s", "dtr/PyTorch time",
               f"dtr@{args.budget_ratio} steps/s", "budget/unbounded time", "losses bitwise")
     print("| " + " | ".join(header) + " |")

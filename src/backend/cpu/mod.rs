@@ -1,15 +1,26 @@
-//! The CPU backend: f32, row-major, deterministic (the same inputs give
-//! bitwise the same outputs, so a run under any budget can be compared bit
-//! for bit with the unbounded run).
+//! The CPU backend: f32, row-major, deterministic. The same inputs give
+//! bitwise the same outputs, whatever the thread count and however the
+//! threads are scheduled, so a run under any budget can be compared bit for
+//! bit with the unbounded run.
 //!
-//! Matrix products (matmul, batched matmul, and the products inside
-//! convolutions, which run as im2col + GEMM) go through the `gemm` crate's
-//! SIMD kernels; elementwise ops and reductions are slice loops the compiler
-//! vectorises. Work on large tensors is split over a thread pool that the
-//! backend owns ([`CpuBackend::with_threads`]; all cores by default), always
-//! into pieces chosen from the shape alone and combined in a fixed order:
-//! results are bitwise the same whatever the thread count and however the
-//! threads are scheduled. Small tensors run on the calling thread.
+//! - Matrix products (matmul, batched matmul, and the products inside
+//!   convolutions, which run as im2col + GEMM) use the `gemm` crate's SIMD
+//!   kernels (`matmul.rs`), called single-threaded on blocks of the output
+//!   chosen from the shape alone; transposed and strided operands are read
+//!   in place. A convolution's weight gradient over large images runs as
+//!   blocked dot products instead (`row_dots`).
+//! - Elementwise ops, broadcasting and reductions (`elementwise.rs`) are
+//!   slice loops built for AVX2 when the host has it; `exp` and `tanh` are
+//!   branch-free polynomials that vectorise (`math.rs`).
+//! - Work on large tensors is split over a thread pool the backend owns
+//!   ([`CpuBackend::with_threads`]; all cores by default), once it passes a
+//!   size threshold (small tensors run on the calling thread). Pieces are
+//!   cut by the shape alone and partial sums combined in a fixed order
+//!   (`parallel.rs`).
+//!
+//! GEMM picks its kernels by the host's SIMD (AVX-512, AVX2, ...): two
+//! machines of different kinds may differ in the last bits; one machine
+//! never does.
 
 mod elementwise;
 mod math;
