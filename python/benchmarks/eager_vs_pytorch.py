@@ -11,8 +11,11 @@ then prints steps per second for both and their ratio, and dtr under
 A step's time is measured from the end of the previous step. A run's step
 time is the median over its steps after the first (which also builds the
 model and data), for both frameworks; each configuration runs `--repeat`
-times in fresh processes and the fastest run counts, which damps noise from
-other work on the host (the header prints the load average).
+times in fresh processes, alternating between the frameworks, and the fastest
+run counts, which damps noise from other work on the host (the header prints
+the load average). PyTorch's OpenMP threads spin while they wait by default;
+on a host shared with other work, `OMP_WAIT_POLICY=PASSIVE` in the
+environment (passed through) keeps them from starving each other.
 
     cargo build --release --examples
     python python/benchmarks/eager_vs_pytorch.py --threads 2 --steps 10
@@ -313,9 +316,11 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     rows = []
     for model in models:
-        dtr_runs = [run_dtr(model, args.threads, args.steps, args.budget_ratio)
-                    for _ in range(args.repeat)]
-        torch_runs = [run_torch(model, args.threads, args.steps) for _ in range(args.repeat)]
+        # Alternating, so that both frameworks meet the host's load alike.
+        dtr_runs, torch_runs = [], []
+        for _ in range(args.repeat):
+            dtr_runs.append(run_dtr(model, args.threads, args.steps, args.budget_ratio))
+            torch_runs.append(run_torch(model, args.threads, args.steps))
         dtr_step = min(r["unbounded"] for r in dtr_runs)
         budgeted_step = min(r["budgeted"] for r in dtr_runs)
         torch_step = min(r["step"] for r in torch_runs)
