@@ -51,7 +51,13 @@ impl common::Model for Cli {
         Ok(())
     }
 
-    fn train<B: Backend>(&self, s: &Session<B>, steps: usize, seed: u64) -> dtr::Result<Vec<f32>> {
+    fn train<B: Backend>(
+        &self,
+        s: &Session<B>,
+        steps: usize,
+        seed: u64,
+        laps: &mut common::Laps,
+    ) -> dtr::Result<Vec<f32>> {
         let mut rng = s.rng(seed);
         // Labels from a fixed random linear teacher, so the task is learnable.
         let x: Vec<f32> = (0..self.batch * self.features)
@@ -102,6 +108,7 @@ impl common::Model for Cli {
             losses.push(loss.item()?);
             loss.backward()?;
             sgd.step(&params)?;
+            laps.lap();
         }
         Ok(losses)
     }

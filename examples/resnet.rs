@@ -73,7 +73,13 @@ impl common::Model for Cli {
         Ok(())
     }
 
-    fn train<B: Backend>(&self, s: &Session<B>, steps: usize, seed: u64) -> dtr::Result<Vec<f32>> {
+    fn train<B: Backend>(
+        &self,
+        s: &Session<B>,
+        steps: usize,
+        seed: u64,
+        laps: &mut common::Laps,
+    ) -> dtr::Result<Vec<f32>> {
         let (n, side, classes) = (self.batch, self.image, 10);
         let mut rng = s.rng(seed);
         let stem = nn::Conv2d::new(s, 3, self.width, 3, 1, &mut rng)?;
@@ -143,6 +149,7 @@ impl common::Model for Cli {
             losses.push(loss.item()?);
             loss.backward()?;
             sgd.step(&params)?;
+            laps.lap();
         }
         Ok(losses)
     }

@@ -54,7 +54,13 @@ impl common::Model for Cli {
         Ok(())
     }
 
-    fn train<B: Backend>(&self, s: &Session<B>, steps: usize, seed: u64) -> dtr::Result<Vec<f32>> {
+    fn train<B: Backend>(
+        &self,
+        s: &Session<B>,
+        steps: usize,
+        seed: u64,
+        laps: &mut common::Laps,
+    ) -> dtr::Result<Vec<f32>> {
         let (b, t, v) = (self.batch, self.context, self.vocab);
         let mut rng = s.rng(seed);
         let tokens = nn::Embedding::new(s, v, self.dim, &mut rng)?;
@@ -99,6 +105,7 @@ impl common::Model for Cli {
             losses.push(loss.item()?);
             loss.backward()?;
             adam.step(&params)?;
+            laps.lap();
         }
         Ok(losses)
     }

@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Threads of the CPU backend's kernels (default: all cores). Results
+    /// are bitwise the same for any count.
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// A model and its data, trained for some steps in a session; its flags
@@ -48,13 +52,37 @@ pub trait Model: clap::Parser {
     fn run_args(&self) -> &RunArgs;
     /// Checks the model's own flags.
     fn validate(&self) -> Result<(), String>;
-    /// Trains from a fixed seed and returns each step's loss.
+    /// Trains from a fixed seed and returns each step's loss, calling
+    /// `laps.lap()` at the end of each step.
     fn train<B: Backend>(
         &self,
         session: &Session<B>,
         steps: usize,
         seed: u64,
+        laps: &mut Laps,
     ) -> dtr::Result<Vec<f32>>;
+}
+
+/// Wall time of each training step.
+pub struct Laps {
+    last: Instant,
+    seconds: Vec<f64>,
+}
+
+impl Laps {
+    fn start() -> Laps {
+        Laps {
+            last: Instant::now(),
+            seconds: Vec::new(),
+        }
+    }
+
+    /// Ends a step.
+    pub fn lap(&mut self) {
+        let now = Instant::now();
+        self.seconds.push((now - self.last).as_secs_f64());
+        self.last = now;
+    }
 }
 
 /// What one training run measured.
@@ -63,6 +91,7 @@ struct Run {
     peak_bytes: u64,
     stats: dtr::Stats,
     seconds: f64,
+    step_seconds: Vec<f64>,
 }
 
 fn train_once<B: Backend, M: Model>(
@@ -85,7 +114,8 @@ fn train_once<B: Backend, M: Model>(
         session.with_interpreter(|dtr| dtr.set_observer(Box::new(recorder)));
     }
     let started = Instant::now();
-    let losses = model.train(&session, args.steps, args.seed)?;
+    let mut laps = Laps::start();
+    let losses = model.train(&session, args.steps, args.seed, &mut laps)?;
     let seconds = started.elapsed().as_secs_f64();
     if let Some(path) = record {
         session
@@ -97,6 +127,7 @@ fn train_once<B: Backend, M: Model>(
         peak_bytes: session.memory().peak_bytes,
         stats: session.stats(),
         seconds,
+        step_seconds: laps.seconds,
     })
 }
 
@@ -124,9 +155,19 @@ pub fn main<M: Model>() -> ExitCode {
         eprintln!("error: {message}");
         return ExitCode::FAILURE;
     }
+    // All cores unless --threads, as `CpuBackend::new` does.
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let result = (|| {
         let once = |budget: Option<u64>, record: Option<&PathBuf>| match args.backend {
-            BackendArg::Cpu => train_once(CpuBackend::new(), &model, args, budget, record),
+            BackendArg::Cpu => train_once(
+                CpuBackend::with_threads(threads)?,
+                &model,
+                args,
+                budget,
+                record,
+            ),
             BackendArg::Wgpu => train_once(
                 WgpuBackend::new(&WgpuOptions::default())?,
                 &model,
@@ -162,6 +203,8 @@ pub fn main<M: Model>() -> ExitCode {
         let object = json!({
             "model": model.name(),
             "backend": format!("{:?}", args.backend).to_lowercase(),
+            "threads": (args.backend == BackendArg::Cpu).then_some(threads),
+            "steps": args.steps,
             "policy": args.policy,
             "budget_ratio": args.budget_ratio,
             "losses": budgeted.losses,
@@ -175,15 +218,20 @@ pub fn main<M: Model>() -> ExitCode {
             "overhead": budgeted.stats.overhead(),
             "wall_seconds": budgeted.seconds,
             "baseline_wall_seconds": unbounded.seconds,
+            "step_seconds": budgeted.step_seconds,
+            "baseline_step_seconds": unbounded.step_seconds,
             "losses_match": identical,
         });
         println!("{object}");
     } else {
+        let on = match args.backend {
+            BackendArg::Cpu => format!("cpu ({threads} threads)"),
+            BackendArg::Wgpu => "wgpu".into(),
+        };
         println!(
-            "{}: {} steps on {:?}, policy {}",
+            "{}: {} steps on {on}, policy {}",
             model.name(),
             args.steps,
-            args.backend,
             args.policy
         );
         println!(

@@ -1,8 +1,32 @@
-//! The CPU reference backend: f32, row-major, single-threaded and
-//! deterministic (the same inputs give bitwise the same outputs), so a run
-//! under any budget can be compared bit for bit with the unbounded run.
+//! The CPU backend: f32, row-major, deterministic. The same inputs give
+//! bitwise the same outputs, whatever the thread count and however the
+//! threads are scheduled, so a run under any budget can be compared bit for
+//! bit with the unbounded run.
+//!
+//! - Matrix products (matmul, batched matmul, and the products inside
+//!   convolutions, which run as im2col + GEMM) use the `gemm` crate's SIMD
+//!   kernels (`matmul.rs`), called single-threaded on blocks of the output
+//!   chosen from the shape alone; transposed and strided operands are read
+//!   in place. A convolution's weight gradient over large images runs as
+//!   blocked dot products instead (`row_dots`).
+//! - Elementwise ops, broadcasting and reductions (`elementwise.rs`) are
+//!   slice loops built for AVX2 when the host has it; `exp` and `tanh` are
+//!   branch-free polynomials that vectorise (`math.rs`).
+//! - Work on large tensors is split over a thread pool the backend owns
+//!   ([`CpuBackend::with_threads`]; all cores by default), once it passes a
+//!   size threshold (small tensors run on the calling thread). Pieces are
+//!   cut by the shape alone and partial sums combined in a fixed order
+//!   (`parallel.rs`).
+//!
+//! GEMM picks its kernels by the host's SIMD (AVX-512, AVX2, ...): two
+//! machines of different kinds may differ in the last bits; one machine
+//! never does.
 
+mod elementwise;
+mod math;
+mod matmul;
 mod nn;
+mod parallel;
 
 use std::borrow::Cow;
 
@@ -11,16 +35,49 @@ use smallvec::{smallvec, SmallVec};
 use super::{Backend, BufferView};
 use crate::error::{Error, Result};
 use crate::memory::Block;
-use crate::ops::{BinaryOp, Op, ReduceOp, ScalarOp, Signature, UnaryOp};
+use crate::ops::{Op, Signature};
 use crate::shape::{broadcast_layout, resolve_axis, Layout};
+use parallel::Threads;
 
-/// Runs every op on the host.
-#[derive(Debug, Default, Clone)]
-pub struct CpuBackend;
+/// Runs every op on the host, on a pool of threads.
+#[derive(Debug, Clone)]
+pub struct CpuBackend {
+    threads: Threads,
+}
+
+impl Default for CpuBackend {
+    fn default() -> CpuBackend {
+        CpuBackend::new()
+    }
+}
 
 impl CpuBackend {
+    /// A backend using every core the process may use.
     pub fn new() -> CpuBackend {
-        CpuBackend
+        CpuBackend::with_threads(Threads::available())
+            .or_else(|_| CpuBackend::with_threads(1))
+            .expect("one thread needs no pool")
+    }
+
+    /// A backend whose kernels use `threads` threads (1: all on the caller).
+    /// Results do not depend on the count, only the speed does.
+    ///
+    /// ```
+    /// use dtr::{Config, CpuBackend, Interpreter};
+    /// let backend = CpuBackend::with_threads(2)?;
+    /// assert_eq!(backend.threads(), 2);
+    /// let dtr = Interpreter::new(backend, Config::default())?;
+    /// # Ok::<(), dtr::Error>(())
+    /// ```
+    pub fn with_threads(threads: usize) -> Result<CpuBackend> {
+        Ok(CpuBackend {
+            threads: Threads::new(threads)?,
+        })
+    }
+
+    /// How many threads the kernels use.
+    pub fn threads(&self) -> usize {
+        self.threads.count()
     }
 }
 
@@ -68,8 +125,9 @@ impl Backend for CpuBackend {
         signature: &Signature,
         _at: Option<&[Block]>,
     ) -> Result<SmallVec<[Option<Vec<f32>>; 2]>> {
+        let threads = &self.threads;
         let out_dims = |i: usize| signature.outputs[i].layout.dims.as_slice();
-        let input = |i: usize| packed(inputs[i]);
+        let input = |i: usize| packed(threads, inputs[i]);
         let one = |v: Vec<f32>| Ok(smallvec![Some(v)]);
         match op {
             Op::Recorded(recorded) => Err(Error::backend(
@@ -83,39 +141,64 @@ impl Backend for CpuBackend {
             Op::Reshape { .. } if signature.outputs[0].alias_of.is_some() => Ok(smallvec![None]),
             Op::Reshape { .. } | Op::Contiguous => one(input(0).into_owned()),
             Op::Fill { dims, value } => one(vec![*value; dims.iter().product()]),
-            Op::Unary(u) => one(input(0).iter().map(|&x| unary(*u, x)).collect()),
-            Op::UnaryBackward(u) => {
-                let (grad, saved) = (input(0), input(1));
-                one(grad
-                    .iter()
-                    .zip(saved.iter())
-                    .map(|(&g, &s)| unary_backward(*u, g, s))
-                    .collect())
+            Op::Unary(u) => one(elementwise::unary(threads, *u, &input(0))),
+            Op::UnaryBackward(u) => one(elementwise::unary_backward(
+                threads,
+                *u,
+                &input(0),
+                &input(1),
+            )),
+            Op::Scalar { op, value } => one(elementwise::scalar(threads, *op, &input(0), *value)),
+            Op::Binary(b) => {
+                // Both inputs read through views of the output's shape
+                // (stride 0 on broadcast axes), never copied first.
+                let (Some(la), Some(lb)) = (
+                    broadcast_layout(inputs[0].layout, out_dims(0)),
+                    broadcast_layout(inputs[1].layout, out_dims(0)),
+                ) else {
+                    unreachable!("shapes were checked by the signature")
+                };
+                one(elementwise::binary(
+                    threads,
+                    *b,
+                    (inputs[0].buffer, &la),
+                    (inputs[1].buffer, &lb),
+                ))
             }
-            Op::Scalar { op, value } => {
-                one(input(0).iter().map(|&x| scalar(*op, x, *value)).collect())
+            Op::MatMul => {
+                let batch = out_dims(0)[..out_dims(0).len() - 2].iter().product();
+                let a = matmul::Operand::new(inputs[0].buffer, inputs[0].layout, batch);
+                let b = matmul::Operand::new(inputs[1].buffer, inputs[1].layout, batch);
+                one(matmul::batched(threads, &a, &b))
             }
-            Op::Binary(b) => one(binary(*b, inputs[0], inputs[1], out_dims(0))),
-            Op::MatMul => one(matmul(inputs[0], inputs[1], out_dims(0))),
-            Op::Concat { axis } => one(concat(inputs, *axis, out_dims(0))),
-            Op::Reduce { op, axis, .. } => one(reduce(*op, inputs[0], *axis)),
+            Op::Concat { axis } => one(concat(threads, inputs, *axis, out_dims(0))),
+            Op::Reduce { op, axis, .. } => one(elementwise::reduce(
+                threads,
+                *op,
+                &input(0),
+                split_axis(inputs[0].layout, *axis),
+            )),
             Op::Softmax { axis } => one(nn::softmax(
+                threads,
                 &input(0),
                 split_axis(inputs[0].layout, *axis),
                 false,
             )),
             Op::LogSoftmax { axis } => one(nn::softmax(
+                threads,
                 &input(0),
                 split_axis(inputs[0].layout, *axis),
                 true,
             )),
             Op::SoftmaxBackward { axis } => one(nn::softmax_backward(
+                threads,
                 &input(0),
                 &input(1),
                 split_axis(inputs[0].layout, *axis),
                 false,
             )),
             Op::LogSoftmaxBackward { axis } => one(nn::softmax_backward(
+                threads,
                 &input(0),
                 &input(1),
                 split_axis(inputs[0].layout, *axis),
@@ -123,12 +206,14 @@ impl Backend for CpuBackend {
             )),
             Op::LayerNorm { eps } => {
                 let d = *inputs[0].layout.dims.last().unwrap_or(&1);
-                let (y, mean, rstd) = nn::layer_norm(&input(0), &input(1), &input(2), d, *eps);
+                let (y, mean, rstd) =
+                    nn::layer_norm(threads, &input(0), &input(1), &input(2), d, *eps);
                 Ok(smallvec![Some(y), Some(mean), Some(rstd)])
             }
             Op::LayerNormBackward => {
                 let d = *inputs[1].layout.dims.last().unwrap_or(&1);
                 let (dx, dgamma, dbeta) = nn::layer_norm_backward(
+                    threads,
                     &input(0),
                     &input(1),
                     &input(2),
@@ -145,7 +230,7 @@ impl Backend for CpuBackend {
                     out_dims(0),
                     window,
                 );
-                one(nn::conv2d(&input(0), &input(1), &geometry))
+                one(nn::conv2d(threads, &input(0), &input(1), &geometry))
             }
             Op::Conv2dBackwardData { window, .. } => {
                 let geometry = nn::ConvGeometry::new(
@@ -154,7 +239,12 @@ impl Backend for CpuBackend {
                     &inputs[0].layout.dims,
                     window,
                 );
-                one(nn::conv2d_backward_data(&input(0), &input(1), &geometry))
+                one(nn::conv2d_backward_data(
+                    threads,
+                    &input(0),
+                    &input(1),
+                    &geometry,
+                ))
             }
             Op::Conv2dBackwardWeight { window, .. } => {
                 let geometry = nn::ConvGeometry::new(
@@ -163,12 +253,17 @@ impl Backend for CpuBackend {
                     &inputs[0].layout.dims,
                     window,
                 );
-                one(nn::conv2d_backward_weight(&input(0), &input(1), &geometry))
+                one(nn::conv2d_backward_weight(
+                    threads,
+                    &input(0),
+                    &input(1),
+                    &geometry,
+                ))
             }
             Op::MaxPool2d { kernel, window } => {
                 let geometry =
                     nn::PoolGeometry::new(&inputs[0].layout.dims, out_dims(0), *kernel, window);
-                one(nn::max_pool2d(&input(0), &geometry))
+                one(nn::max_pool2d(threads, &input(0), &geometry))
             }
             Op::MaxPool2dBackward { kernel, window } => {
                 let geometry = nn::PoolGeometry::new(
@@ -177,17 +272,22 @@ impl Backend for CpuBackend {
                     *kernel,
                     window,
                 );
-                one(nn::max_pool2d_backward(&input(0), &input(1), &geometry))
+                one(nn::max_pool2d_backward(
+                    threads,
+                    &input(0),
+                    &input(1),
+                    &geometry,
+                ))
             }
             Op::AvgPool2d { kernel, window } => {
                 let geometry =
                     nn::PoolGeometry::new(&inputs[0].layout.dims, out_dims(0), *kernel, window);
-                one(nn::avg_pool2d(&input(0), &geometry))
+                one(nn::avg_pool2d(threads, &input(0), &geometry))
             }
             Op::AvgPool2dBackward { kernel, window, .. } => {
                 let geometry =
                     nn::PoolGeometry::new(out_dims(0), &inputs[0].layout.dims, *kernel, window);
-                one(nn::avg_pool2d_backward(&input(0), &geometry))
+                one(nn::avg_pool2d_backward(threads, &input(0), &geometry))
             }
             Op::Embedding => {
                 let d = inputs[0].layout.dims[1];
@@ -220,20 +320,18 @@ impl Backend for CpuBackend {
     }
 
     fn read(&mut self, view: BufferView<'_, Vec<f32>>) -> Result<Vec<f32>> {
-        Ok(packed(view).into_owned())
+        Ok(packed(&self.threads, view).into_owned())
     }
 }
 
 /// The view's elements in row-major order: borrowed when already packed.
-fn packed<'a>(view: BufferView<'a, Vec<f32>>) -> Cow<'a, [f32]> {
+fn packed<'a>(threads: &Threads, view: BufferView<'a, Vec<f32>>) -> Cow<'a, [f32]> {
     let layout = view.layout;
     let n = layout.numel();
     if layout.is_contiguous() {
         return Cow::Borrowed(&view.buffer[layout.offset..layout.offset + n]);
     }
-    let mut out = Vec::with_capacity(n);
-    layout.for_each_index(|i| out.push(view.buffer[i]));
-    Cow::Owned(out)
+    Cow::Owned(elementwise::gather(threads, view.buffer, layout))
 }
 
 /// `(outer, len, inner)` of a row-major tensor split around `axis`. The
@@ -245,127 +343,16 @@ fn split_axis(layout: &Layout, axis: isize) -> (usize, usize, usize) {
     (outer, layout.dims[a], inner)
 }
 
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-const GELU_CUBIC: f32 = 0.044_715;
-
-fn unary(op: UnaryOp, x: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Relu => x.max(0.0),
-        UnaryOp::Gelu => 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)).tanh()),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-    }
-}
-
-/// `saved` is the op's output or input, as [`UnaryOp::backward_uses_output`] says.
-fn unary_backward(op: UnaryOp, grad: f32, saved: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -grad,
-        UnaryOp::Exp => grad * saved,
-        UnaryOp::Log => grad / saved,
-        UnaryOp::Sqrt => grad / (2.0 * saved),
-        UnaryOp::Relu => {
-            if saved > 0.0 {
-                grad
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Gelu => {
-            let x = saved;
-            let t = (SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)).tanh();
-            let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
-            grad * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
-        }
-        UnaryOp::Tanh => grad * (1.0 - saved * saved),
-        UnaryOp::Sigmoid => grad * saved * (1.0 - saved),
-    }
-}
-
-fn scalar(op: ScalarOp, x: f32, c: f32) -> f32 {
-    match op {
-        ScalarOp::Add => x + c,
-        ScalarOp::Mul => x * c,
-        ScalarOp::Pow => x.powf(c),
-    }
-}
-
-fn binary(
-    op: BinaryOp,
-    a: BufferView<'_, Vec<f32>>,
-    b: BufferView<'_, Vec<f32>>,
+fn concat(
+    threads: &Threads,
+    inputs: &[BufferView<'_, Vec<f32>>],
+    axis: isize,
     out_dims: &[usize],
 ) -> Vec<f32> {
-    let f = |x: f32, y: f32| match op {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-    };
-    if a.layout.dims.as_slice() == out_dims && b.layout.dims.as_slice() == out_dims {
-        let (a, b) = (packed(a), packed(b));
-        return a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect();
-    }
-    // Broadcast by reading both inputs through stride-0 views of the output shape.
-    let (Some(la), Some(lb)) = (
-        broadcast_layout(a.layout, out_dims),
-        broadcast_layout(b.layout, out_dims),
-    ) else {
-        unreachable!("shapes were checked by the signature")
-    };
-    let lhs = packed(BufferView {
-        buffer: a.buffer,
-        layout: &la,
-    });
-    let rhs = packed(BufferView {
-        buffer: b.buffer,
-        layout: &lb,
-    });
-    lhs.iter().zip(rhs.iter()).map(|(&x, &y)| f(x, y)).collect()
-}
-
-fn matmul(
-    a: BufferView<'_, Vec<f32>>,
-    b: BufferView<'_, Vec<f32>>,
-    out_dims: &[usize],
-) -> Vec<f32> {
-    let (ad, bd) = (&a.layout.dims, &b.layout.dims);
-    let (m, k, n) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
-    let batch: usize = out_dims[..out_dims.len() - 2].iter().product();
-    let b_batched = bd.len() > 2;
-    let (a, b) = (packed(a), packed(b));
-    let mut out = vec![0.0f32; batch * m * n];
-    for p in 0..batch {
-        let a = &a[p * m * k..(p + 1) * m * k];
-        let b = if b_batched {
-            &b[p * k * n..(p + 1) * k * n]
-        } else {
-            &b[..]
-        };
-        let out = &mut out[p * m * n..(p + 1) * m * n];
-        // i-k-j order streams rows of b and out; the summation order is fixed.
-        for i in 0..m {
-            let row = &mut out[i * n..(i + 1) * n];
-            for kk in 0..k {
-                let x = a[i * k + kk];
-                for (o, &y) in row.iter_mut().zip(&b[kk * n..(kk + 1) * n]) {
-                    *o += x * y;
-                }
-            }
-        }
-    }
-    out
-}
-
-fn concat(inputs: &[BufferView<'_, Vec<f32>>], axis: isize, out_dims: &[usize]) -> Vec<f32> {
     let (outer, _, inner) = split_axis(&Layout::contiguous(out_dims), axis);
     let parts: Vec<(Cow<'_, [f32]>, usize)> = inputs
         .iter()
-        .map(|v| (packed(*v), split_axis(v.layout, axis).1 * inner))
+        .map(|v| (packed(threads, *v), split_axis(v.layout, axis).1 * inner))
         .collect();
     let mut out = Vec::with_capacity(out_dims.iter().product());
     for o in 0..outer {
@@ -376,26 +363,10 @@ fn concat(inputs: &[BufferView<'_, Vec<f32>>], axis: isize, out_dims: &[usize]) 
     out
 }
 
-fn reduce(op: ReduceOp, x: BufferView<'_, Vec<f32>>, axis: isize) -> Vec<f32> {
-    let (outer, len, inner) = split_axis(x.layout, axis);
-    let x = packed(x);
-    let mut out = Vec::with_capacity(outer * inner);
-    for o in 0..outer {
-        for i in 0..inner {
-            let values = (0..len).map(|l| x[(o * len + l) * inner + i]);
-            out.push(match op {
-                ReduceOp::Sum => values.sum(),
-                ReduceOp::Mean => values.sum::<f32>() / len as f32,
-                ReduceOp::Max => values.fold(f32::NEG_INFINITY, f32::max),
-            });
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::{BinaryOp, ReduceOp};
 
     fn run(op: Op, inputs: &[(&[f32], &[usize])]) -> Vec<Vec<f32>> {
         let layouts: Vec<Layout> = inputs.iter().map(|(_, d)| Layout::contiguous(d)).collect();
@@ -409,7 +380,7 @@ mod tests {
             })
             .collect();
         let sig = op.signature(&layouts.iter().collect::<Vec<_>>()).unwrap();
-        CpuBackend
+        CpuBackend::new()
             .execute(&op, &views, &sig, None)
             .unwrap()
             .into_iter()
@@ -474,7 +445,7 @@ mod tests {
             offset: 0,
         };
         assert_eq!(
-            CpuBackend
+            CpuBackend::new()
                 .read(BufferView {
                     buffer: &buffer,
                     layout: &t
