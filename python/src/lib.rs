@@ -390,8 +390,22 @@ fn heuristics() -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// Logs the engine's decisions to stderr when `DTR_LOG` is set, with
+/// `RUST_LOG`'s syntax: `DTR_LOG=dtr::evict=debug,dtr::oom=warn`, say.
+fn init_logging() {
+    let Ok(filter) = std::env::var("DTR_LOG") else {
+        return;
+    };
+    // A subscriber installed by someone else stays.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
     m.add_class::<Engine>()?;
     m.add_function(wrap_pyfunction!(heuristics, m)?)?;
     m.add("OutOfMemoryError", m.py().get_type::<OutOfMemoryError>())?;

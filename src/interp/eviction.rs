@@ -63,7 +63,15 @@ impl<B: Backend> Interpreter<B> {
         if eager {
             self.stats.eager_evictions += 1;
         }
-        tracing::debug!(target: "dtr::evict", tensor = ?root, bytes, eager, clock = self.graph.clock, "evicted");
+        if tracing::enabled!(target: "dtr::evict", tracing::Level::DEBUG) {
+            let graph = &self.graph;
+            let op = graph.tensors[root]
+                .producer
+                .map_or("put", |(node, _)| graph.nodes[node].op.name());
+            let held = info.tensors.iter().any(|&t| graph.tensors[t].user_refs > 0);
+            let staleness = graph.staleness(storage);
+            tracing::debug!(target: "dtr::evict", tensor = ?root, op, bytes, eager, held, staleness, clock = graph.clock, "evicted");
+        }
         if self.config.record_events {
             self.events.push(Event::Evict {
                 tensor: root,
