@@ -189,15 +189,21 @@ impl Engine {
 #[pymethods]
 impl Engine {
     /// `host` has `execute(call, buffers) -> list` and `release(buffer)`.
+    /// `remat_memory_guard`: evict last what could not be rematerialised
+    /// within the budget (see `dtr::Config::remat_memory_guard`).
     #[new]
-    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0))]
+    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0, remat_memory_guard=true))]
     fn new(
         host: Py<PyAny>,
         budget_bytes: Option<u64>,
         heuristic: &str,
         seed: u64,
+        remat_memory_guard: bool,
     ) -> PyResult<Self> {
-        let mut config = Config::default().with_heuristic(heuristic).with_seed(seed);
+        let mut config = Config::default()
+            .with_heuristic(heuristic)
+            .with_seed(seed)
+            .with_remat_memory_guard(remat_memory_guard);
         config.budget_bytes = budget_bytes;
         let backend = TorchBackend {
             host,
@@ -357,6 +363,7 @@ impl Engine {
         dict.set_item("peak_bytes", memory.peak_bytes)?;
         dict.set_item("in_use_bytes", memory.in_use_bytes)?;
         dict.set_item("budget_bytes", memory.budget_bytes)?;
+        dict.set_item("constant_peak_bytes", memory.constant_peak_bytes)?;
         dict.set_item("evictions", stats.evictions)?;
         dict.set_item("eager_evictions", stats.eager_evictions)?;
         dict.set_item("rematerializations", stats.rematerializations)?;
