@@ -106,6 +106,17 @@ pub struct Config {
     /// authors' simulator does not do this; replays of their logs turn it
     /// off to reproduce their numbers.
     pub lock_relaxation: bool,
+    /// Evict only as a last resort a storage whose rematerialisation could
+    /// not fit: one of the ops that recomputing it would run needs more
+    /// recomputable bytes at once (inputs and outputs) than the budget
+    /// leaves beside the most memory constants (puts, detached tensors) have
+    /// held. Such a storage, once evicted, can only come back if the
+    /// constants shrink; typically a tensor held for later whose inputs were
+    /// large and are gone (a tied weight's first gradient, waiting for the
+    /// second). Off by default: the DTR authors' runtime does not do this,
+    /// and replays of their logs must reproduce their numbers. The `dtr`
+    /// Python package turns it on.
+    pub remat_memory_guard: bool,
 }
 
 impl Default for Config {
@@ -121,6 +132,7 @@ impl Default for Config {
             sampling: Sampling::All,
             seed: 0,
             lock_relaxation: true,
+            remat_memory_guard: false,
         }
     }
 }
@@ -189,6 +201,11 @@ impl Config {
 
     pub fn with_lock_relaxation(mut self, relax: bool) -> Config {
         self.lock_relaxation = relax;
+        self
+    }
+
+    pub fn with_remat_memory_guard(mut self, guard: bool) -> Config {
+        self.remat_memory_guard = guard;
         self
     }
 

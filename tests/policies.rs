@@ -260,3 +260,90 @@ fn arena_budget_can_be_set_late_raised_and_lifted() {
     assert_eq!(dtr.stats().evictions, 0);
     dtr.check_invariants().unwrap();
 }
+
+/// The end of a language model's step, in miniature (costs in brackets,
+/// sizes in bytes): the head's weight `w` (a 10 B put) and the hidden state
+/// `h` (10, [1]) make the logits (100, [1]); log-softmax `ls` (100, [1]),
+/// its gradient `gls` (100, [1]) and the logits' gradient `gl` (100, [1],
+/// reading `gls` and `ls`) follow, each dropped once used, so they are
+/// history. `s` (20, [1]) reads `gl` and `h` and is held to the end, like a
+/// tied weight's first gradient waiting for the second. An activation `b`
+/// (60, [100]) and three more (30, [1]) are made from `h`. Three backward
+/// steps then each turn an activation into a 30-byte gradient [1000] that
+/// becomes a constant (detached) and make a temporary [1] of 150, 150 and
+/// 200 B. Only the last one needs an eviction: 390 B against the budget of
+/// 350, with 100 B of constants resident. At the end `s` and `b` are read.
+///
+/// Recomputing `s` runs `gl`'s op, which needs `gls`, `ls` and its output,
+/// 300 B, at once: over the 100 B of constants, more than the budget.
+/// Without the guard, `dtr` evicts `s` (cost 1 + 4 of evicted ancestors per
+/// 20 B) before `h` and `b` (cost 100 per 60 B), and the step cannot finish.
+/// With it, `s` is held back, `h` and `b` go, and `b` comes back at cost 100.
+fn tied_gradient_at_the_end(heuristic: &str, guard: bool) -> (dtr::Result<()>, Sim, [TensorId; 3]) {
+    let mut dtr = sim(Config::default()
+        .with_heuristic(heuristic)
+        .with_budget_bytes(350)
+        .with_remat_memory_guard(guard));
+    let w = dtr.put_opaque(10).unwrap();
+    let h = tensor(&mut dtr, &[w], 1, 10);
+    let logits = tensor(&mut dtr, &[h, w], 1, 100);
+    let ls = tensor(&mut dtr, &[logits], 1, 100);
+    dtr.del(logits).unwrap();
+    let gls = tensor(&mut dtr, &[ls], 1, 100);
+    let gl = tensor(&mut dtr, &[gls, ls], 1, 100);
+    dtr.del(gls).unwrap();
+    dtr.del(ls).unwrap();
+    let s = tensor(&mut dtr, &[gl, h], 1, 20);
+    dtr.del(gl).unwrap();
+    let b = tensor(&mut dtr, &[h], 100, 60);
+    let acts: Vec<TensorId> = (0..3).map(|_| tensor(&mut dtr, &[h], 1, 30)).collect();
+    assert!(evicted(&dtr).is_empty());
+    let mut run = || -> dtr::Result<()> {
+        for (&act, temporary) in acts.iter().zip([150, 150, 200]) {
+            let grad = dtr.apply_op(recorded(1000, 30), &[act])?[0];
+            dtr.detach(grad)?;
+            dtr.del(act)?;
+            let temporary = dtr.apply_op(recorded(1, temporary), &[grad])?[0];
+            dtr.del(temporary)?;
+        }
+        let end = dtr.apply_op(recorded(1, 20), &[s, b])?[0];
+        dtr.del(end)
+    };
+    let result = run();
+    dtr.check_invariants().unwrap();
+    (result, dtr, [h, s, b])
+}
+
+fn recorded(cost: u64, bytes: u64) -> Op {
+    Op::Recorded(RecordedOp {
+        call: 0,
+        module: None,
+        name: "op".into(),
+        cost,
+        outputs: [RecordedOutput {
+            bytes,
+            alias_of: None,
+        }]
+        .into_iter()
+        .collect(),
+    })
+}
+
+#[test]
+fn a_storage_whose_rematerialisation_cannot_fit_is_evicted_last() {
+    let (result, dtr, [h, s, b]) = tied_gradient_at_the_end("dtr", false);
+    assert!(
+        matches!(result, Err(dtr::Error::OutOfMemory { .. })),
+        "without the guard: {result:?}"
+    );
+    assert_eq!(evicted(&dtr)[..3], [s, h, b]);
+    let (result, dtr, _) = tied_gradient_at_the_end("dtr", true);
+    result.unwrap();
+    assert_eq!(evicted(&dtr), [h, b]);
+    for heuristic in ["dtr-eq", "dtr-local", "msps", "lru", "size", "coop"] {
+        let (result, dtr, [_, s, _]) = tied_gradient_at_the_end(heuristic, true);
+        result.unwrap_or_else(|error| panic!("{heuristic}: {error}"));
+        assert!(!evicted(&dtr).contains(&s), "{heuristic}");
+        assert!(dtr.memory().peak_bytes <= 350, "{heuristic}");
+    }
+}

@@ -190,18 +190,22 @@ impl Engine {
 #[pymethods]
 impl Engine {
     /// `host` has `execute(call, buffers) -> list` and `release(buffer)`.
+    /// `remat_memory_guard`: evict last what could not be rematerialised
+    /// within the budget (see `dtr::Config::remat_memory_guard`).
     #[new]
-    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0))]
+    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0, remat_memory_guard=true))]
     fn new(
         host: Py<PyAny>,
         budget_bytes: Option<u64>,
         heuristic: &str,
         seed: u64,
+        remat_memory_guard: bool,
     ) -> PyResult<Self> {
         let config = Config::default()
             .with_heuristic(heuristic)
             .with_seed(seed)
-            .with_budget(budget_bytes.into());
+            .with_budget(budget_bytes.into())
+            .with_remat_memory_guard(remat_memory_guard);
         let backend = TorchBackend {
             host,
             ran: None,
@@ -360,6 +364,7 @@ impl Engine {
         dict.set_item("peak_bytes", memory.peak_bytes)?;
         dict.set_item("in_use_bytes", memory.in_use_bytes)?;
         dict.set_item("budget_bytes", memory.budget_bytes)?;
+        dict.set_item("constant_peak_bytes", memory.constant_peak_bytes)?;
         dict.set_item("evictions", stats.evictions)?;
         dict.set_item("eager_evictions", stats.eager_evictions)?;
         dict.set_item("rematerializations", stats.rematerializations)?;
@@ -396,8 +401,22 @@ fn parse_bytes(text: &str) -> PyResult<u64> {
     dtr::parse_bytes(text).map_err(|error| PyValueError::new_err(error.to_string()))
 }
 
+/// Logs the engine's decisions to stderr when `DTR_LOG` is set, with
+/// `RUST_LOG`'s syntax: `DTR_LOG=dtr::evict=debug,dtr::oom=warn`, say.
+fn init_logging() {
+    let Ok(filter) = std::env::var("DTR_LOG") else {
+        return;
+    };
+    // A subscriber installed by someone else stays.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
     m.add_class::<Engine>()?;
     m.add_function(wrap_pyfunction!(heuristics, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;

@@ -139,10 +139,17 @@ def test_stats_have_the_documented_fields():
         (torch.randn(100, requires_grad=True).exp().sum()).backward()
     stats = session.stats()
     for field in ("peak_bytes", "budget_bytes", "evictions", "rematerializations",
-                  "remat_seconds", "ops"):
+                  "remat_seconds", "ops", "constant_peak_bytes"):
         assert field in stats, field
     assert stats["budget_bytes"] == 2**30
     assert stats["ops"] > 0
+    # Made inside the context, the leaf is recomputable like any result.
+    assert stats["constant_peak_bytes"] == 0, stats
+    weight = torch.randn(100, requires_grad=True)
+    with dtr_torch.budget("1GiB") as session:
+        weight.exp().sum().backward()
+    # Made outside, it is a constant, and so is its gradient: 400 B each.
+    assert session.stats()["constant_peak_bytes"] == 800
 
 
 def test_every_heuristic_is_selectable():

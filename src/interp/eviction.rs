@@ -4,6 +4,10 @@
 use super::{Event, Interpreter};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use std::collections::HashSet;
+
+use smallvec::SmallVec;
+
 use crate::graph::{NodeId, StorageId};
 use crate::memory::Block;
 
@@ -22,17 +26,42 @@ impl<B: Backend> Interpreter<B> {
     /// Allocates a block for each of `sizes`, evicting as the policy
     /// chooses until they all fit. Fails, evicting nothing, when even
     /// evicting every candidate could not make them fit; fails after
-    /// evicting when fragmentation leaves no room.
+    /// evicting when fragmentation leaves no room. With
+    /// [`Config::remat_memory_guard`](crate::Config::remat_memory_guard), victims whose
+    /// rematerialisation could not fit are held back while others remain.
     pub(super) fn reserve(&mut self, sizes: &[u64], purpose: RoomFor<'_>) -> Result<Vec<Block>> {
+        let mut held_back: Vec<StorageId> = Vec::new();
+        let result = self.reserve_holding_back(sizes, purpose, &mut held_back);
+        for storage in held_back {
+            self.table.refresh_candidacy(&self.graph, storage);
+        }
+        result
+    }
+
+    fn reserve_holding_back(
+        &mut self,
+        sizes: &[u64],
+        purpose: RoomFor<'_>,
+        held_back: &mut Vec<StorageId>,
+    ) -> Result<Vec<Block>> {
         let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+        let mut guard = self.config.remat_memory_guard;
         loop {
             if let Some(blocks) = self.table.reserve(sizes) {
                 return Ok(blocks);
             }
             let memory = self.table.memory();
-            if self.table.pool().is_empty()
-                || !memory.could_fit(sizes, self.table.unevictable_bytes())
-            {
+            let stuck = self.table.pool().is_empty()
+                || !memory.could_fit(sizes, self.table.unevictable_bytes());
+            if stuck && !held_back.is_empty() {
+                // The last resort: what was held back is a candidate again.
+                guard = false;
+                for storage in held_back.drain(..) {
+                    self.table.refresh_candidacy(&self.graph, storage);
+                }
+                continue;
+            }
+            if stuck {
                 return Err(self.out_of_memory(requested, purpose));
             }
             let largest = sizes.iter().copied().max().unwrap_or(0);
@@ -48,11 +77,70 @@ impl<B: Backend> Interpreter<B> {
                 return Err(self.out_of_memory(requested, purpose));
             }
             for victim in victims {
-                if self.table.pool().contains(victim) {
-                    self.evict(victim, false);
+                if !self.table.pool().contains(victim) {
+                    continue;
+                }
+                if guard && self.remat_could_not_fit(victim) {
+                    tracing::debug!(target: "dtr::evict", tensor = ?self.graph.storages[victim].tensors[0], "held back: its rematerialisation could not fit");
+                    self.table.hold_back(victim);
+                    held_back.push(victim);
+                    continue;
+                }
+                self.evict(victim, false);
+            }
+        }
+    }
+
+    /// Whether some op that rematerialising `storage` (were it evicted now)
+    /// would run needs more recomputable bytes at once, inputs and outputs,
+    /// than the budget leaves beside the constants' high-water mark. Walks
+    /// the producers of `storage` and of the evicted tensors they read, as
+    /// a rematerialisation would; a lower bound of what it would need.
+    fn remat_could_not_fit(&self, storage: StorageId) -> bool {
+        let Some(budget) = self.table.counter().budget_bytes() else {
+            return false;
+        };
+        let room = budget.saturating_sub(self.table.constant_peak_bytes());
+        let graph = &self.graph;
+        let mut seen: HashSet<NodeId> = HashSet::new();
+        let mut stack: Vec<NodeId> = Vec::new();
+        for &tensor in &graph.storages[storage].tensors {
+            if let Some((node, _)) = graph.tensors[tensor].producer {
+                if seen.insert(node) {
+                    stack.push(node);
                 }
             }
         }
+        let mut inputs: SmallVec<[StorageId; 8]> = SmallVec::new();
+        while let Some(node) = stack.pop() {
+            let info = &graph.nodes[node];
+            let mut needed: u64 = info
+                .signature
+                .outputs
+                .iter()
+                .filter(|output| output.alias_of.is_none())
+                .map(|output| output.bytes)
+                .sum();
+            inputs.clear();
+            for &input in &info.inputs {
+                let tensor = &graph.tensors[input];
+                let input_storage = &graph.storages[tensor.storage];
+                if input_storage.recomputable && !inputs.contains(&tensor.storage) {
+                    inputs.push(tensor.storage);
+                    needed = needed.saturating_add(input_storage.bytes);
+                }
+                let missing = !tensor.defined || tensor.storage == storage;
+                if let (true, Some((producer, _))) = (missing, tensor.producer) {
+                    if seen.insert(producer) {
+                        stack.push(producer);
+                    }
+                }
+            }
+            if needed > room {
+                return true;
+            }
+        }
+        false
     }
 
     /// Frees a resident, evictable storage; its tensors become undefined
@@ -67,7 +155,15 @@ impl<B: Backend> Interpreter<B> {
         if eager {
             self.stats.eager_evictions += 1;
         }
-        tracing::debug!(target: "dtr::evict", tensor = ?root, bytes, eager, clock = self.graph.clock, "evicted");
+        if tracing::enabled!(target: "dtr::evict", tracing::Level::DEBUG) {
+            let graph = &self.graph;
+            let op = graph.tensors[root]
+                .producer
+                .map_or("put", |(node, _)| graph.nodes[node].op.name());
+            let held = info.tensors.iter().any(|&t| graph.tensors[t].user_refs > 0);
+            let staleness = graph.staleness(storage);
+            tracing::debug!(target: "dtr::evict", tensor = ?root, op, bytes, eager, held, staleness, clock = graph.clock, "evicted");
+        }
         if self.config.record_events {
             self.events.push(Event::Evict {
                 tensor: root,

@@ -61,6 +61,9 @@ pub struct MemoryReport {
     pub in_use_bytes: u64,
     pub peak_bytes: u64,
     pub budget_bytes: Option<u64>,
+    /// The most bytes held at once by resident storages that cannot be
+    /// recomputed (puts, detached tensors).
+    pub constant_peak_bytes: u64,
     pub arena: Option<crate::memory::ArenaReport>,
 }
 
@@ -418,6 +421,7 @@ impl<B: Backend> Interpreter<B> {
             in_use_bytes: counter.in_use_bytes(),
             peak_bytes: counter.peak_bytes(),
             budget_bytes: counter.budget_bytes(),
+            constant_peak_bytes: self.table.constant_peak_bytes(),
             arena: self.table.memory().arena().map(|arena| arena.report()),
         }
     }

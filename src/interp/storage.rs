@@ -25,6 +25,8 @@ struct Slot<Buf> {
     locks: u32,
     /// Held by the user: not evictable.
     pins: u32,
+    /// Resident and not recomputable: counted in `constant_bytes`.
+    constant: bool,
 }
 
 pub(super) struct StorageTable<B: Backend> {
@@ -35,6 +37,10 @@ pub(super) struct StorageTable<B: Backend> {
     blocks: SecondaryMap<StorageId, Block>,
     /// Resident, recomputable, unlocked and unpinned storages.
     pool: CandidatePool,
+    /// Bytes of the resident storages that are not recomputable (puts,
+    /// detached tensors), and their high-water mark.
+    constant_bytes: u64,
+    constant_peak_bytes: u64,
 }
 
 impl<B: Backend> StorageTable<B> {
@@ -44,6 +50,8 @@ impl<B: Backend> StorageTable<B> {
             slots: SecondaryMap::new(),
             blocks: SecondaryMap::new(),
             pool: CandidatePool::new(),
+            constant_bytes: 0,
+            constant_peak_bytes: 0,
         }
     }
 
@@ -55,6 +63,7 @@ impl<B: Backend> StorageTable<B> {
                 buffer: None,
                 locks: 0,
                 pins: 0,
+                constant: false,
             },
         );
     }
@@ -106,8 +115,14 @@ impl<B: Backend> StorageTable<B> {
     }
 
     fn release_bytes(&mut self, storage: StorageId, backend: &mut B) {
-        if let Some(buffer) = self.slots.get_mut(storage).and_then(|s| s.buffer.take()) {
-            backend.release(buffer);
+        if let Some(slot) = self.slots.get_mut(storage) {
+            if let Some(buffer) = slot.buffer.take() {
+                backend.release(buffer);
+            }
+            if std::mem::take(&mut slot.constant) {
+                let held = self.blocks.get(storage).map_or(0, |block| block.size);
+                self.constant_bytes -= held;
+            }
         }
         if let Some(block) = self.blocks.remove(storage) {
             self.memory.free(block);
@@ -155,16 +170,28 @@ impl<B: Backend> StorageTable<B> {
     /// (after it stops or starts being recomputable, say).
     pub(super) fn refresh_candidacy(&mut self, graph: &Graph, storage: StorageId) {
         let info = &graph.storages[storage];
-        let slot = &self.slots[storage];
+        let slot = &mut self.slots[storage];
+        let held = self
+            .blocks
+            .get(storage)
+            .map_or(info.bytes, |block| block.size);
+        // Storages stop being recomputable (detach) but never start again.
+        if info.is_resident() && !info.recomputable && !slot.constant {
+            slot.constant = true;
+            self.constant_bytes += held;
+            self.constant_peak_bytes = self.constant_peak_bytes.max(self.constant_bytes);
+        }
         if info.is_resident() && info.recomputable && slot.locks == 0 && slot.pins == 0 {
-            let held = self
-                .blocks
-                .get(storage)
-                .map_or(info.bytes, |block| block.size);
             self.pool.insert(storage, held);
         } else {
             self.pool.remove(storage);
         }
+    }
+
+    /// Takes a candidate out of the pool for now (the caller puts it back
+    /// with [`StorageTable::refresh_candidacy`] before anyone else looks).
+    pub(super) fn hold_back(&mut self, storage: StorageId) {
+        self.pool.remove(storage);
     }
 
     pub(super) fn pool(&self) -> &CandidatePool {
@@ -189,6 +216,13 @@ impl<B: Backend> StorageTable<B> {
         self.counter()
             .in_use_bytes()
             .saturating_sub(self.pool.bytes())
+    }
+
+    /// The most bytes that resident storages which are not recomputable
+    /// (puts, detached tensors) have held at once: memory no eviction could
+    /// ever free, as high as the program has shown it to go.
+    pub(super) fn constant_peak_bytes(&self) -> u64 {
+        self.constant_peak_bytes
     }
 
     /// Bytes held by storages locked by running or pending ops.
@@ -223,6 +257,7 @@ impl<B: Backend> StorageTable<B> {
             ));
         }
         let mut resident_bytes = 0;
+        let mut constant_bytes = 0;
         for (id, info) in &graph.storages {
             let slot = self
                 .slots
@@ -249,6 +284,12 @@ impl<B: Backend> StorageTable<B> {
                     ));
                 }
                 resident_bytes += block.size;
+                if !info.recomputable {
+                    constant_bytes += block.size;
+                }
+            }
+            if slot.constant != (info.is_resident() && !info.recomputable) {
+                return Err(format!("{id:?} is miscounted as a constant"));
             }
             let evictable = info.is_resident() && info.recomputable && slot.pins == 0;
             if evictable != self.pool.contains(id) {
@@ -261,6 +302,12 @@ impl<B: Backend> StorageTable<B> {
                     return Err(format!("{t:?} is defined over evicted {id:?}"));
                 }
             }
+        }
+        if constant_bytes != self.constant_bytes || constant_bytes > self.constant_peak_bytes {
+            return Err(format!(
+                "{constant_bytes} B of constants resident, {} B counted (peak {} B)",
+                self.constant_bytes, self.constant_peak_bytes
+            ));
         }
         let counter = self.counter();
         if resident_bytes != counter.in_use_bytes() {

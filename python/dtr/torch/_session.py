@@ -298,7 +298,9 @@ class Session:
 
     def stats(self) -> dict:
         """The session's figures: ``peak_bytes``, ``budget_bytes``, ``evictions``,
-        ``rematerializations``, ``remat_seconds``, ``ops`` and more."""
+        ``rematerializations``, ``remat_seconds``, ``ops``, ``constant_peak_bytes``
+        (the most bytes constants — parameters, gradients, optimiser state — held
+        at once) and more."""
         if self._engine is None and self._closed_stats is not None:
             return dict(self._closed_stats)
         assert self._engine is not None
