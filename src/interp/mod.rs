@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId, OpNode, Residency, StorageInfo, TensorId, TensorInfo};
 use crate::memory::{Block, Memory};
 use crate::ops::{Op, ELEMENT_BYTES};
-use crate::policy::{heuristic_by_name, CandidateSearch, Heuristic};
+use crate::policy::{CandidateSearch, Heuristic};
 use crate::shape::Layout;
 use storage::StorageTable;
 
@@ -93,12 +93,13 @@ impl<B: Backend> Interpreter<B> {
             Budget::Unbounded => None,
         };
         config.budget = budget_bytes.into();
+        let policy = crate::policy::heuristic(&config.heuristic)?;
         Ok(Interpreter {
             backend,
             graph: Graph::new(),
             table: StorageTable::new(Memory::new(config.memory, budget_bytes)),
-            heuristic: heuristic_by_name(&config.heuristic, config.seed)?,
-            heuristic_name: crate::policy::heuristic(&config.heuristic)?.name,
+            heuristic: policy.build(config.seed),
+            heuristic_name: policy.name,
             search: CandidateSearch::new(config.sampling, config.seed),
             config,
             stats: Stats::default(),

@@ -136,6 +136,13 @@ impl PolicyEntry {
         }
     }
 
+    /// Makes the heuristic; `seed` drives any randomness it has. Only
+    /// entries that [`heuristic`] returns are heuristics.
+    pub fn build(&self, seed: u64) -> Box<dyn Heuristic> {
+        let make = self.make.expect("only heuristics are built");
+        make(seed)
+    }
+
     /// Whether it scores eviction candidates (else it is a static schedule).
     pub fn is_heuristic(&self) -> bool {
         self.make.is_some()
@@ -241,10 +248,7 @@ pub fn heuristic(name: &str) -> Result<&'static PolicyEntry> {
 
 /// Makes the heuristic called `name`; `seed` drives any randomness it has.
 pub fn heuristic_by_name(name: &str, seed: u64) -> Result<Box<dyn Heuristic>> {
-    let make = heuristic(name)?
-        .make
-        .expect("heuristics have a constructor");
-    Ok(make(seed))
+    Ok(heuristic(name)?.build(seed))
 }
 
 /// `cost / (bytes · staleness)`, +∞ when the denominator is zero.
