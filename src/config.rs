@@ -72,6 +72,89 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         .map_err(|_| bad("the units are B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"))
 }
 
+/// How an evicted storage comes back when it is needed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum RestoreMode {
+    /// Its bytes are freed and it is recomputed from its history (DTR).
+    #[default]
+    Drop,
+    /// It is copied to host memory and copied back; recomputed only when
+    /// host memory is full or the backend cannot swap.
+    Swap,
+    /// Per storage, whichever the estimates make cheaper: the transfer
+    /// (bytes over [`SwapConfig::bandwidth`], less what overlapped with
+    /// compute) or the recomputation.
+    Hybrid,
+}
+
+impl std::fmt::Display for RestoreMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RestoreMode::Drop => "drop",
+            RestoreMode::Swap => "swap",
+            RestoreMode::Hybrid => "hybrid",
+        })
+    }
+}
+
+impl std::str::FromStr for RestoreMode {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<RestoreMode> {
+        match text {
+            "drop" => Ok(RestoreMode::Drop),
+            "swap" => Ok(RestoreMode::Swap),
+            "hybrid" => Ok(RestoreMode::Hybrid),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown restore mode `{text}` (expected drop, swap or hybrid)"
+            ))),
+        }
+    }
+}
+
+/// The host side of swapping: a copy queue of `bandwidth` bytes per second
+/// that runs beside compute, and a limit on the host memory holding copies.
+///
+/// Costs are taken as nanoseconds (what recorded traces measure), so a
+/// transfer of `b` bytes takes `b / bandwidth · 10⁹` cost units.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SwapConfig {
+    /// Bytes per second each way. The default, 16 GB/s, is about what
+    /// PCIe 4.0 ×16 gives in practice.
+    pub bandwidth: f64,
+    /// The most bytes host copies may hold at once; `None` is no limit.
+    pub host_memory: Option<u64>,
+}
+
+impl Default for SwapConfig {
+    fn default() -> SwapConfig {
+        SwapConfig {
+            bandwidth: 16e9,
+            host_memory: None,
+        }
+    }
+}
+
+impl SwapConfig {
+    /// Cost units (nanoseconds) to move `bytes` one way.
+    pub fn transfer_cost(&self, bytes: u64) -> u64 {
+        (bytes as f64 * 1e9 / self.bandwidth).ceil() as u64
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.bandwidth.is_finite() && self.bandwidth > 0.0 {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "the swap bandwidth must be positive and finite, got {} B/s",
+                self.bandwidth
+            )))
+        }
+    }
+}
+
 /// How the interpreter manages memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -117,6 +200,11 @@ pub struct Config {
     /// and replays of their logs must reproduce their numbers. The `dtr`
     /// Python package turns it on.
     pub remat_memory_guard: bool,
+    /// How evicted storages come back: recomputed (DTR's drop), copied
+    /// back from host memory, or whichever is cheaper.
+    pub restore: RestoreMode,
+    /// The copy queue and host memory that swapping uses.
+    pub swap: SwapConfig,
 }
 
 impl Default for Config {
@@ -133,6 +221,8 @@ impl Default for Config {
             seed: 0,
             lock_relaxation: true,
             remat_memory_guard: false,
+            restore: RestoreMode::Drop,
+            swap: SwapConfig::default(),
         }
     }
 }
@@ -206,6 +296,16 @@ impl Config {
 
     pub fn with_remat_memory_guard(mut self, guard: bool) -> Config {
         self.remat_memory_guard = guard;
+        self
+    }
+
+    pub fn with_restore(mut self, restore: RestoreMode) -> Config {
+        self.restore = restore;
+        self
+    }
+
+    pub fn with_swap(mut self, swap: SwapConfig) -> Config {
+        self.swap = swap;
         self
     }
 

@@ -27,7 +27,7 @@ pub use backend::simulator::SimulatorBackend;
 #[cfg(feature = "wgpu")]
 pub use backend::wgpu::{WgpuBackend, WgpuOptions};
 pub use backend::{Backend, BufferView};
-pub use config::{parse_bytes, Budget, Config};
+pub use config::{parse_bytes, Budget, Config, RestoreMode, SwapConfig};
 pub use error::{Error, Result};
 pub use graph::TensorId;
 pub use interp::{Event, Interpreter, MemoryReport, Stats};

@@ -14,8 +14,8 @@
 
 use dtr::memory::MemoryModel;
 use dtr::{
-    Backend, BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, ScalarOp, TensorId, UnaryOp,
-    WgpuBackend, WgpuOptions, Window2d,
+    Backend, BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, RestoreMode, ScalarOp,
+    TensorId, UnaryOp, WgpuBackend, WgpuOptions, Window2d,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -380,7 +380,7 @@ fn bad_indices_are_errors<T: Target>() {
 /// DTR under a budget gives the unbounded run's values on this backend,
 /// counting bytes or placing them in an arena (on the GPU: ranges of one
 /// device buffer at the allocator's offsets).
-fn budgeted_matches_unbounded<T: Target>(memory: MemoryModel) {
+fn budgeted_matches_unbounded<T: Target>(memory: MemoryModel, restore: RestoreMode) {
     let program = |d: &mut Interpreter<T::B>, x: &[TensorId]| {
         let mut h = x[0];
         let mut kept = Vec::new();
@@ -409,7 +409,8 @@ fn budgeted_matches_unbounded<T: Target>(memory: MemoryModel) {
     // Arena blocks are 256-byte aligned; the tensors here are 16 KiB.
     let config = Config::default()
         .with_budget_bytes(peak / 2)
-        .with_memory(memory);
+        .with_memory(memory)
+        .with_restore(restore);
     let Some(mut bounded) = T::make(config) else {
         return;
     };
@@ -418,10 +419,14 @@ fn budgeted_matches_unbounded<T: Target>(memory: MemoryModel) {
         bounded.memory().arena.is_some(),
         memory != MemoryModel::Counter
     );
-    assert!(
-        bounded.stats().rematerializations > 0,
-        "the budget should force recomputation"
-    );
+    let stats = bounded.stats();
+    match restore {
+        RestoreMode::Swap => assert!(stats.swap_ins > 0, "the budget should force swapping"),
+        _ => assert!(
+            stats.rematerializations > 0,
+            "the budget should force recomputation"
+        ),
+    }
     assert!(bounded.memory().peak_bytes <= peak / 2);
     assert_eq!(
         got, expected,
@@ -467,11 +472,19 @@ macro_rules! suite {
             }
             #[test]
             fn budget_keeps_values() {
-                budgeted_matches_unbounded::<$target>(MemoryModel::Counter);
+                budgeted_matches_unbounded::<$target>(MemoryModel::Counter, RestoreMode::Drop);
+            }
+            #[test]
+            fn budget_keeps_values_swapping() {
+                budgeted_matches_unbounded::<$target>(MemoryModel::Counter, RestoreMode::Swap);
+            }
+            #[test]
+            fn budget_keeps_values_swapping_in_arena() {
+                budgeted_matches_unbounded::<$target>(MemoryModel::arena(), RestoreMode::Swap);
             }
             #[test]
             fn budget_keeps_values_in_arena() {
-                budgeted_matches_unbounded::<$target>(MemoryModel::arena());
+                budgeted_matches_unbounded::<$target>(MemoryModel::arena(), RestoreMode::Drop);
             }
         }
     };

@@ -5,7 +5,8 @@
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
 use dtr::{
-    BinaryOp, Config, CpuBackend, Error, Interpreter, Op, ReduceOp, ScalarOp, TensorId, UnaryOp,
+    BinaryOp, Config, CpuBackend, Error, Interpreter, Op, ReduceOp, RestoreMode, ScalarOp,
+    SwapConfig, TensorId, UnaryOp,
 };
 use proptest::prelude::*;
 
@@ -163,6 +164,7 @@ impl Runner {
             assert_eq!(self.dtr.tracked_tensors(), 0, "tensor infos leaked");
             assert_eq!(self.dtr.tracked_storages(), 0, "storages leaked");
             assert_eq!(self.dtr.memory().in_use_bytes, 0, "memory leaked");
+            assert_eq!(self.dtr.memory().host_bytes, 0, "host copies leaked");
         }
         Observed { reads }
     }
@@ -277,6 +279,10 @@ proptest! {
         arena in any::<bool>(),
         sqrt in any::<bool>(),
         seed in 0u64..4,
+        restore in prop::sample::select(vec![RestoreMode::Drop, RestoreMode::Swap, RestoreMode::Hybrid]),
+        // Transfers far dearer than ops, comparable, and nearly free.
+        bandwidth in prop::sample::select(vec![1e8, 4e9, 1e12]),
+        host_memory in prop::sample::select(vec![None, Some(0), Some(1024), Some(16384)]),
     ) {
         let memory = if arena { MemoryModel::arena() } else { MemoryModel::Counter };
         let sampling = if sqrt { Sampling::Sqrt } else { Sampling::All };
@@ -285,7 +291,9 @@ proptest! {
             .with_eager_eviction(eager)
             .with_memory(memory)
             .with_sampling(sampling)
-            .with_seed(seed);
+            .with_seed(seed)
+            .with_restore(restore)
+            .with_swap(SwapConfig { bandwidth, host_memory });
         let mut unbounded = Runner::new(base.clone());
         let expected = unbounded.run(&program);
         let peak = unbounded.dtr.memory().peak_bytes;
@@ -294,6 +302,11 @@ proptest! {
         let mut bounded = Runner::new(base.with_budget_bytes(budget));
         let observed = bounded.run(&program);
         prop_assert_eq!(observed, expected);
+        let memory = bounded.dtr.memory();
+        prop_assert!(memory.host_peak_bytes <= host_memory.unwrap_or(u64::MAX));
+        if restore == RestoreMode::Drop {
+            prop_assert_eq!(memory.host_peak_bytes, 0);
+        }
     }
 }
 

@@ -76,6 +76,14 @@ pub trait Backend: 'static {
         let _ = op;
     }
 
+    /// Whether [`Backend::read`] and [`Backend::upload`] can move a storage's
+    /// whole buffer to host memory and back bit for bit, so the interpreter
+    /// can swap evicted storages instead of recomputing them. Backends whose
+    /// buffers the host cannot read (a foreign framework's) say no.
+    fn can_swap(&self) -> bool {
+        false
+    }
+
     /// How much memory the device has in all, when the backend can tell: the
     /// base of a budget given as a fraction of device memory.
     fn device_memory_bytes(&self) -> Option<u64> {

@@ -26,6 +26,10 @@ impl Backend for SimulatorBackend {
         "simulator"
     }
 
+    fn can_swap(&self) -> bool {
+        true
+    }
+
     fn upload(&mut self, _data: &[f32], _layout: &Layout, _at: Option<Block>) -> Result<()> {
         Ok(())
     }

@@ -7,6 +7,7 @@ pub mod gen;
 pub mod heuristics;
 pub mod info;
 pub mod replay;
+pub mod restore;
 pub mod sweep;
 
 use clap::ValueEnum;

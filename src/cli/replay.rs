@@ -10,6 +10,7 @@ use dtr::policy::Sampling;
 use dtr::Budget;
 use serde_json::json;
 
+use super::restore::RestoreArgs;
 use super::{parse_bytes, trace_format, FormatArg};
 
 /// The arguments of `dtr replay`.
@@ -46,6 +47,8 @@ pub struct Args {
     /// ending in `.svg` gets a chart, one ending in `.csv` the samples.
     #[arg(long)]
     timeline: Option<PathBuf>,
+    #[command(flatten)]
+    restore: RestoreArgs,
 }
 
 pub fn run(args: Args) -> dtr::Result<ExitCode> {
@@ -61,6 +64,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         thrash_limit,
         json,
         timeline,
+        restore,
     } = args;
     let spec = RunSpec {
         policy: Policy::from(heuristic.as_str()),
@@ -73,6 +77,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         sampling,
         seed,
         thrash_limit,
+        restore: restore.restore,
+        swap: restore.swap(),
     };
     spec.validate()?;
     if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {
@@ -114,6 +120,12 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "peak_bytes": report.peak_bytes,
             "evictions": report.stats.evictions,
             "rematerializations": report.stats.rematerializations,
+            "restore": spec.restore,
+            "swap_outs": report.stats.swap_outs,
+            "swap_ins": report.stats.swap_ins,
+            "host_copies": report.stats.host_copies,
+            "swap_stall": report.stats.swap_stall,
+            "host_peak_bytes": outcome.host_peak_bytes,
             "wall_seconds": report.wall_seconds,
             "message": report.message,
             "fragmentation": arena.map(|a| a.fragmentation),
@@ -145,6 +157,13 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         );
         println!("  evictions       {}", report.stats.evictions);
         println!("  remats          {}", report.stats.rematerializations);
+        if spec.restore != dtr::RestoreMode::Drop {
+            let stats = &report.stats;
+            println!(
+                "  swap            {} evictions to host, {} restored from host, {} stalled for the copy queue, host copies peaked at {} B",
+                stats.swap_outs, stats.swap_ins, stats.swap_stall, outcome.host_peak_bytes
+            );
+        }
         println!("  wall time       {:.3} s", report.wall_seconds);
         if let Some(arena) = arena {
             println!(

@@ -187,6 +187,7 @@ impl SweepSpec {
             sampling: self.samplings[cell.sampling],
             seed: cell.seed,
             thrash_limit: self.thrash_limit,
+            ..RunSpec::default()
         }
     }
 
@@ -197,6 +198,7 @@ impl SweepSpec {
             overhead,
             report,
             arena,
+            ..
         } = outcome;
         Row {
             index: cell.index,

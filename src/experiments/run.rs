@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::CheckpointPlan;
-use crate::config::{Budget, Config};
+use crate::config::{Budget, Config, RestoreMode, SwapConfig};
 use crate::error::{Error, Result};
 use crate::interp::Interpreter;
 use crate::memory::{ArenaReport, MemoryModel};
@@ -107,6 +107,9 @@ pub struct RunSpec {
     /// Stop as thrashing once total compute would pass this multiple of
     /// the unbounded run's (at least 1; infinite for never).
     pub thrash_limit: f64,
+    /// How evicted storages come back, and the copy queue for swapping.
+    pub restore: RestoreMode,
+    pub swap: SwapConfig,
 }
 
 impl Default for RunSpec {
@@ -119,6 +122,8 @@ impl Default for RunSpec {
             sampling: Sampling::All,
             seed: 0,
             thrash_limit: 2.0,
+            restore: RestoreMode::Drop,
+            swap: SwapConfig::default(),
         }
     }
 }
@@ -130,11 +135,13 @@ pub struct Outcome {
     pub budget_bytes: Option<u64>,
     /// The budget over the unbounded peak; for a static plan, its peak over it.
     pub ratio: f64,
-    /// Total compute over the unbounded run's.
+    /// Total compute and swap stalls over the unbounded run's compute.
     pub overhead: f64,
     pub report: ReplayReport,
     /// The arena at the end, in arena memory.
     pub arena: Option<ArenaReport>,
+    /// The most bytes host copies held at once (swap).
+    pub host_peak_bytes: u64,
 }
 
 impl RunSpec {
@@ -145,6 +152,9 @@ impl RunSpec {
             if let Budget::Ratio(_) = self.budget {
                 self.budget.resolve(|| Ok(0))?;
             }
+        }
+        if self.restore != RestoreMode::Drop {
+            self.swap.validate()?;
         }
         if self.thrash_limit.is_nan() || self.thrash_limit < 1.0 {
             return Err(Error::InvalidArgument(format!(
@@ -169,7 +179,9 @@ impl RunSpec {
             .with_simulator_conventions(workload.format == TraceFormat::Simrd)
             .with_memory(self.memory)
             .with_sampling(self.sampling)
-            .with_seed(self.seed);
+            .with_seed(self.seed)
+            .with_restore(self.restore)
+            .with_swap(self.swap);
         let (budget_bytes, interpreter, report) = match &self.policy {
             Policy::StaticSqrt => {
                 let plan = CheckpointPlan::new(&workload.trace)?;
@@ -210,8 +222,9 @@ impl RunSpec {
         Ok(Outcome {
             budget_bytes,
             ratio,
-            overhead: report.stats.compute as f64 / base.compute.max(1) as f64,
+            overhead: report.stats.elapsed() as f64 / base.compute.max(1) as f64,
             arena: interpreter.memory().arena,
+            host_peak_bytes: interpreter.memory().host_peak_bytes,
             report,
         })
     }

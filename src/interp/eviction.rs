@@ -3,6 +3,7 @@
 
 use super::{Event, Interpreter};
 use crate::backend::Backend;
+use crate::config::RestoreMode;
 use crate::error::{Error, Result};
 use std::collections::HashSet;
 
@@ -69,10 +70,7 @@ impl<B: Backend> Interpreter<B> {
                 .arena()
                 .and_then(|arena| arena.aligned(largest))
                 .unwrap_or(largest);
-            let view = self.table.policy_view(&self.graph);
-            let victims =
-                self.heuristic
-                    .choose(self.table.pool(), &view, request, &mut self.search);
+            let victims = self.choose_victims(request);
             if victims.is_empty() {
                 return Err(self.out_of_memory(requested, purpose));
             }
@@ -146,12 +144,16 @@ impl<B: Backend> Interpreter<B> {
     /// Frees a resident, evictable storage; its tensors become undefined
     /// and keep their compute paths.
     pub(super) fn evict(&mut self, storage: StorageId, eager: bool) {
+        let to_host = self.config.restore != RestoreMode::Drop && self.swap_out(storage, eager);
         self.table
             .evict(&mut self.graph, storage, &mut self.backend);
         let info = &self.graph.storages[storage];
         let (bytes, root) = (info.bytes, info.tensors[0]);
         self.heuristic.on_evict(storage, &self.graph);
         self.stats.evictions += 1;
+        if to_host {
+            self.stats.swap_outs += 1;
+        }
         if eager {
             self.stats.eager_evictions += 1;
         }
@@ -162,7 +164,7 @@ impl<B: Backend> Interpreter<B> {
                 .map_or("put", |(node, _)| graph.nodes[node].op.name());
             let held = info.tensors.iter().any(|&t| graph.tensors[t].user_refs > 0);
             let staleness = graph.staleness(storage);
-            tracing::debug!(target: "dtr::evict", tensor = ?root, op, bytes, eager, held, staleness, clock = graph.clock, "evicted");
+            tracing::debug!(target: "dtr::evict", tensor = ?root, op, bytes, eager, to_host, held, staleness, clock = graph.clock, "evicted");
         }
         if self.config.record_events {
             self.events.push(Event::Evict {

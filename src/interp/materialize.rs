@@ -19,6 +19,14 @@ use crate::backend::{Backend, BufferView};
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, StorageId};
 
+/// How to restore a frame's missing input.
+enum Missing {
+    /// Run the op that produces it.
+    Recompute(NodeId),
+    /// Copy its storage back from host memory.
+    SwapIn(StorageId),
+}
+
 /// A node waiting for its inputs.
 struct Frame {
     node: NodeId,
@@ -39,9 +47,17 @@ impl<B: Backend> Interpreter<B> {
         let mut stack = vec![self.begin(root)];
         while let Some(top) = stack.len().checked_sub(1) {
             match self.lock_defined_inputs(&mut stack[top]) {
-                Some(missing) => {
-                    let frame = self.begin(missing);
+                Some(Missing::Recompute(producer)) => {
+                    let frame = self.begin(producer);
                     stack.push(frame);
+                }
+                Some(Missing::SwapIn(storage)) => {
+                    if let Err(error) = self.swap_in(storage).and_then(|()| self.check_thrash()) {
+                        for frame in stack.iter().rev() {
+                            self.unlock_inputs(frame);
+                        }
+                        return Err(error);
+                    }
                 }
                 None => {
                     let frame = stack.pop().expect("stack is not empty");
@@ -122,10 +138,10 @@ impl<B: Backend> Interpreter<B> {
 
     fn check_thrash(&self) -> Result<()> {
         match self.config.remat_limit {
-            Some(limit) if self.stats.remat_compute > limit => {
-                tracing::warn!(target: "dtr::thrash", remat_compute = self.stats.remat_compute, limit, "thrashing");
+            Some(limit) if self.stats.restore_cost() > limit => {
+                tracing::warn!(target: "dtr::thrash", restore_cost = self.stats.restore_cost(), limit, "thrashing");
                 Err(Error::Thrash {
-                    remat_compute: self.stats.remat_compute,
+                    remat_compute: self.stats.restore_cost(),
                     limit,
                 })
             }
@@ -157,19 +173,23 @@ impl<B: Backend> Interpreter<B> {
         frame
     }
 
-    /// Locks inputs in order while they are defined; returns the producer of
+    /// Locks inputs in order while they are defined; returns how to restore
     /// the first undefined one, or `None` when all are locked.
-    fn lock_defined_inputs(&mut self, frame: &mut Frame) -> Option<NodeId> {
+    fn lock_defined_inputs(&mut self, frame: &mut Frame) -> Option<Missing> {
         let count = frame.locked.len();
         while frame.next_input < count {
             let i = frame.next_input;
             if !frame.locked[i] {
                 let info = &self.graph.tensors[self.graph.nodes[frame.node].inputs[i]];
                 if !info.defined {
-                    let (producer, _) = info
-                        .producer
-                        .expect("only recomputable storages are evicted");
-                    return Some(producer);
+                    let (storage, producer) = (info.storage, info.producer);
+                    if !self.graph.storages[storage].is_resident()
+                        && self.restores_from_host(storage)
+                    {
+                        return Some(Missing::SwapIn(storage));
+                    }
+                    let (producer, _) = producer.expect("only recomputable storages are evicted");
+                    return Some(Missing::Recompute(producer));
                 }
                 self.table.lock(info.storage);
                 frame.locked[i] = true;
@@ -278,6 +298,7 @@ impl<B: Backend> Interpreter<B> {
             let storage = self.graph.tensors[tensor].storage;
             if let (Some(buffer), Some(block)) = (buffer, block) {
                 self.table.install(&mut self.graph, storage, buffer, block);
+                self.queue_write_back(storage);
                 if rematerializing {
                     self.heuristic.on_rematerialize(storage, &self.graph);
                 } else {
@@ -301,6 +322,7 @@ impl<B: Backend> Interpreter<B> {
                 }
             }
         }
+        self.write_back();
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ mod observer;
 mod release;
 mod stats;
 mod storage;
+mod swap;
 
 pub use observer::{ProgramObserver, TensorInstruction};
 pub use stats::{Event, Stats};
@@ -52,6 +53,8 @@ pub struct Interpreter<B: Backend> {
     stats: Stats,
     events: Vec<Event>,
     observer: Option<Box<dyn ProgramObserver>>,
+    /// The copy queue's time and write-back backlog (swap).
+    copies: swap::CopyQueue,
 }
 
 /// Bytes in use, their high-water mark and the budget; in arena mode also
@@ -64,6 +67,9 @@ pub struct MemoryReport {
     /// The most bytes held at once by resident storages that cannot be
     /// recomputed (puts, detached tensors).
     pub constant_peak_bytes: u64,
+    /// Bytes of host copies (swap) now, and at most so far.
+    pub host_bytes: u64,
+    pub host_peak_bytes: u64,
     pub arena: Option<crate::memory::ArenaReport>,
 }
 
@@ -94,6 +100,15 @@ impl<B: Backend> Interpreter<B> {
         };
         config.budget = budget_bytes.into();
         let policy = crate::policy::heuristic(&config.heuristic)?;
+        if config.restore != crate::config::RestoreMode::Drop {
+            config.swap.validate()?;
+            if !backend.can_swap() {
+                return Err(Error::InvalidArgument(format!(
+                    "the {} backend cannot swap to host memory; restore by `drop`",
+                    backend.name()
+                )));
+            }
+        }
         Ok(Interpreter {
             backend,
             graph: Graph::new(),
@@ -105,6 +120,7 @@ impl<B: Backend> Interpreter<B> {
             stats: Stats::default(),
             events: Vec::new(),
             observer: None,
+            copies: swap::CopyQueue::default(),
         })
     }
 
@@ -418,7 +434,10 @@ impl<B: Backend> Interpreter<B> {
 
     pub fn memory(&self) -> MemoryReport {
         let counter = self.table.counter();
+        let (host_bytes, host_peak_bytes) = self.table.host_bytes();
         MemoryReport {
+            host_bytes,
+            host_peak_bytes,
             in_use_bytes: counter.in_use_bytes(),
             peak_bytes: counter.peak_bytes(),
             budget_bytes: counter.budget_bytes(),
@@ -501,6 +520,14 @@ impl<B: Backend> Interpreter<B> {
     /// Makes a live tensor's value available, recomputing what it needs.
     fn ensure_defined(&mut self, tensor: TensorId) -> Result<()> {
         let info = self.live_tensor(tensor)?;
+        if info.defined {
+            return Ok(());
+        }
+        let storage = info.storage;
+        if !self.graph.storages[storage].is_resident() && self.restores_from_host(storage) {
+            self.swap_in(storage)?;
+        }
+        let info = &self.graph.tensors[tensor];
         if info.defined {
             return Ok(());
         }

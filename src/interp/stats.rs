@@ -22,16 +22,36 @@ pub struct Stats {
     /// Ops that got room only by evicting inputs locked by pending
     /// rematerialisations (see [`crate::Config::lock_relaxation`]).
     pub lock_relaxations: u64,
+    /// Evictions after which the storage has a host copy (swap).
+    pub swap_outs: u64,
+    /// Storages brought back from their host copy instead of recomputed.
+    pub swap_ins: u64,
+    /// Copies written to host memory, by write-back or on demand.
+    pub host_copies: u64,
+    /// Time compute waited for the copy queue (cost units).
+    pub swap_stall: u64,
 }
 
 impl Stats {
-    /// Compute over the unbounded run's compute (1.0 without rematerialisation).
+    /// Compute and stalls for swapping over the unbounded run's compute
+    /// (1.0 without rematerialisation or swap).
     pub fn overhead(&self) -> f64 {
         if self.baseline_compute == 0 {
             1.0
         } else {
-            self.compute as f64 / self.baseline_compute as f64
+            self.elapsed() as f64 / self.baseline_compute as f64
         }
+    }
+
+    /// What restoring evicted storages has cost: recomputation and waiting
+    /// for swap transfers.
+    pub fn restore_cost(&self) -> u64 {
+        self.remat_compute.saturating_add(self.swap_stall)
+    }
+
+    /// Compute and swap stalls: the time the run took, in cost units.
+    pub fn elapsed(&self) -> u64 {
+        self.compute.saturating_add(self.swap_stall)
     }
 }
 

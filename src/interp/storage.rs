@@ -12,10 +12,23 @@
 
 use slotmap::SecondaryMap;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BufferView};
+use crate::error::Result;
 use crate::graph::{Graph, Residency, StorageId};
 use crate::memory::{Block, Memory, MemoryCounter};
+use crate::ops::ELEMENT_BYTES;
 use crate::policy::{CandidatePool, PolicyView};
+use crate::shape::Layout;
+
+/// A storage's bytes in host memory. Tensors never change in place, so a
+/// copy stays valid for as long as its storage lives, resident or not.
+struct HostCopy {
+    values: Vec<f32>,
+    /// The storage's size, as counted in host memory.
+    bytes: u64,
+    /// When the copy queue finishes writing it (on the interpreter's clock).
+    ready_at: u64,
+}
 
 /// What the table keeps of one storage.
 struct Slot<Buf> {
@@ -27,6 +40,8 @@ struct Slot<Buf> {
     pins: u32,
     /// Resident and not recomputable: counted in `constant_bytes`.
     constant: bool,
+    /// A copy in host memory (swap), counted in `host_bytes`.
+    host: Option<HostCopy>,
 }
 
 pub(super) struct StorageTable<B: Backend> {
@@ -41,6 +56,9 @@ pub(super) struct StorageTable<B: Backend> {
     /// detached tensors), and their high-water mark.
     constant_bytes: u64,
     constant_peak_bytes: u64,
+    /// Bytes of the host copies, and their high-water mark.
+    host_bytes: u64,
+    host_peak_bytes: u64,
 }
 
 impl<B: Backend> StorageTable<B> {
@@ -52,6 +70,8 @@ impl<B: Backend> StorageTable<B> {
             pool: CandidatePool::new(),
             constant_bytes: 0,
             constant_peak_bytes: 0,
+            host_bytes: 0,
+            host_peak_bytes: 0,
         }
     }
 
@@ -64,6 +84,7 @@ impl<B: Backend> StorageTable<B> {
                 locks: 0,
                 pins: 0,
                 constant: false,
+                host: None,
             },
         );
     }
@@ -108,10 +129,99 @@ impl<B: Backend> StorageTable<B> {
         }
     }
 
-    /// Forgets a storage the graph no longer has, freeing its bytes.
+    /// Forgets a storage the graph no longer has, freeing its bytes and
+    /// its host copy.
     pub(super) fn remove(&mut self, storage: StorageId, backend: &mut B) {
         self.release_bytes(storage, backend);
+        self.drop_host_copy(storage);
         self.slots.remove(storage);
+    }
+
+    /// When the host copy of `storage` is (or will be) complete, if it has one.
+    pub(super) fn host_copy_ready_at(&self, storage: StorageId) -> Option<u64> {
+        self.slots
+            .get(storage)?
+            .host
+            .as_ref()
+            .map(|copy| copy.ready_at)
+    }
+
+    /// Whether host memory under `limit` has room for a copy of `storage`.
+    pub(super) fn host_has_room(
+        &self,
+        graph: &Graph,
+        storage: StorageId,
+        limit: Option<u64>,
+    ) -> bool {
+        let bytes = graph.storages[storage].bytes;
+        limit.is_none_or(|limit| self.host_bytes.saturating_add(bytes) <= limit)
+    }
+
+    /// Copies a resident storage's bytes to host memory; the copy counts as
+    /// complete from `ready_at`. The device bytes stay where they are.
+    pub(super) fn copy_to_host(
+        &mut self,
+        graph: &Graph,
+        storage: StorageId,
+        backend: &mut B,
+        ready_at: u64,
+    ) -> Result<()> {
+        let bytes = graph.storages[storage].bytes;
+        let slot = &mut self.slots[storage];
+        let buffer = slot
+            .buffer
+            .as_ref()
+            .expect("only resident storages are copied");
+        let layout = whole_storage(bytes);
+        let values = backend.read(BufferView {
+            buffer,
+            layout: &layout,
+        })?;
+        debug_assert!(slot.host.is_none(), "copying a storage to host twice");
+        slot.host = Some(HostCopy {
+            values,
+            bytes,
+            ready_at,
+        });
+        self.host_bytes += bytes;
+        self.host_peak_bytes = self.host_peak_bytes.max(self.host_bytes);
+        Ok(())
+    }
+
+    /// Makes an evicted storage with a host copy resident again in `block`
+    /// (placed at `at` in arena memory), keeping the copy.
+    pub(super) fn copy_from_host(
+        &mut self,
+        graph: &mut Graph,
+        storage: StorageId,
+        backend: &mut B,
+        block: Block,
+        at: Option<Block>,
+    ) -> Result<()> {
+        let bytes = graph.storages[storage].bytes;
+        let copy = self.slots[storage]
+            .host
+            .as_ref()
+            .expect("only storages with a host copy are copied back");
+        let buffer = backend.upload(&copy.values, &whole_storage(bytes), at)?;
+        self.install(graph, storage, buffer, block);
+        Ok(())
+    }
+
+    /// Forgets the host copy of `storage`, if it has one.
+    pub(super) fn drop_host_copy(&mut self, storage: StorageId) {
+        if let Some(copy) = self
+            .slots
+            .get_mut(storage)
+            .and_then(|slot| slot.host.take())
+        {
+            self.host_bytes -= copy.bytes;
+        }
+    }
+
+    /// Bytes held in host memory now, and at most so far.
+    pub(super) fn host_bytes(&self) -> (u64, u64) {
+        (self.host_bytes, self.host_peak_bytes)
     }
 
     fn release_bytes(&mut self, storage: StorageId, backend: &mut B) {
@@ -258,6 +368,7 @@ impl<B: Backend> StorageTable<B> {
         }
         let mut resident_bytes = 0;
         let mut constant_bytes = 0;
+        let mut host_bytes = 0;
         for (id, info) in &graph.storages {
             let slot = self
                 .slots
@@ -288,6 +399,12 @@ impl<B: Backend> StorageTable<B> {
                     constant_bytes += block.size;
                 }
             }
+            if let Some(copy) = &slot.host {
+                if copy.bytes != info.bytes {
+                    return Err(format!("{id:?} has a host copy of another size"));
+                }
+                host_bytes += copy.bytes;
+            }
             if slot.constant != (info.is_resident() && !info.recomputable) {
                 return Err(format!("{id:?} is miscounted as a constant"));
             }
@@ -307,6 +424,12 @@ impl<B: Backend> StorageTable<B> {
             return Err(format!(
                 "{constant_bytes} B of constants resident, {} B counted (peak {} B)",
                 self.constant_bytes, self.constant_peak_bytes
+            ));
+        }
+        if host_bytes != self.host_bytes || host_bytes > self.host_peak_bytes {
+            return Err(format!(
+                "{host_bytes} B of host copies, {} B counted (peak {} B)",
+                self.host_bytes, self.host_peak_bytes
             ));
         }
         let counter = self.counter();
@@ -334,4 +457,10 @@ impl<B: Backend> StorageTable<B> {
         }
         Ok(())
     }
+}
+
+/// The layout a storage of `bytes` is moved to host memory and back as: all
+/// of its elements, in buffer order.
+fn whole_storage(bytes: u64) -> Layout {
+    Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize])
 }

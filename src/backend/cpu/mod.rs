@@ -88,6 +88,10 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    fn can_swap(&self) -> bool {
+        true
+    }
+
     /// The host's memory: the cgroup's limit where one is set, else the
     /// machine's total (Linux; elsewhere unknown).
     fn device_memory_bytes(&self) -> Option<u64> {

@@ -456,6 +456,10 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    fn can_swap(&self) -> bool {
+        true
+    }
+
     fn device_memory_bytes(&self) -> Option<u64> {
         self.memory_bytes
     }

@@ -1,0 +1,205 @@
+//! Swap to host memory: the copy queue's time worked out by hand, the
+//! choice between recomputing and copying back, the host memory limit, and
+//! backends that cannot swap.
+
+use dtr::memory::Block;
+use dtr::ops::Signature;
+use dtr::{
+    Backend, BufferView, Config, CpuBackend, Error, Interpreter, Op, RestoreMode, SimulatorBackend,
+    SwapConfig, TensorId, UnaryOp,
+};
+use smallvec::SmallVec;
+
+/// 1024 f32 values: 4096 bytes, which take 4096 ns at 1 GB/s.
+const N: usize = 1024;
+const BYTES: u64 = 4096;
+
+fn exp<B: Backend>(dtr: &mut Interpreter<B>, x: TensorId, cost: u64) -> TensorId {
+    dtr.apply_op_with_cost(Op::Unary(UnaryOp::Exp), &[x], cost)
+        .unwrap()[0]
+}
+
+fn swapping(restore: RestoreMode, budget: u64, bandwidth: f64) -> Config {
+    Config::default()
+        .with_budget_bytes(budget)
+        .with_restore(restore)
+        .with_swap(SwapConfig {
+            bandwidth,
+            host_memory: None,
+        })
+}
+
+#[test]
+fn the_clock_waits_for_copies_as_worked_out_by_hand() {
+    let config = swapping(RestoreMode::Swap, 3 * BYTES, 1e9);
+    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+    let x = dtr.put_opaque(BYTES).unwrap();
+    // The clock starts at 1. `a` is made at 101; the idle queue writes it
+    // back from then until 101 + 4096 = 4197.
+    let a = exp(&mut dtr, x, 100);
+    // `b` is made at 201, behind `a`'s copy: not written yet.
+    let b = exp(&mut dtr, a, 100);
+    assert_eq!(dtr.graph().clock, 201);
+    assert_eq!(dtr.stats().swap_stall, 0);
+    // `c` needs room. `b` was just made (staleness 0: never chosen while
+    // another candidate exists), so `a` goes, once its copy is done:
+    // compute waits from 201 to 4197.
+    let c = exp(&mut dtr, b, 100);
+    assert!(!dtr.is_resident(a).unwrap());
+    assert_eq!(dtr.stats().swap_outs, 1);
+    assert_eq!(dtr.stats().swap_stall, 4197 - 201);
+    // `c` ran until 4297; meanwhile the queue started `b`'s copy at 4197,
+    // done at 8293.
+    assert_eq!(dtr.graph().clock, 4297);
+    // Dropping `b`'s handle evicts it eagerly (c's history needs it), and
+    // its unfinished copy is abandoned; dropping `c` then frees both.
+    dtr.del(b).unwrap();
+    dtr.del(c).unwrap();
+    assert_eq!(dtr.memory().host_bytes, BYTES, "only a's copy is left");
+    assert_eq!(dtr.memory().host_peak_bytes, 2 * BYTES);
+    // Reading `a` copies it back after the queue finishes the abandoned
+    // copy (8293): done at 8293 + 4096 = 12389.
+    dtr.get_value(a).unwrap();
+    assert_eq!(dtr.stats().swap_ins, 1);
+    assert_eq!(dtr.stats().rematerializations, 0);
+    assert_eq!(dtr.graph().clock, 12389);
+    assert_eq!(dtr.stats().swap_stall, (4197 - 201) + (12389 - 4297));
+    dtr.check_invariants().unwrap();
+    dtr.del(a).unwrap();
+    dtr.del(x).unwrap();
+    assert_eq!(
+        dtr.memory().host_bytes,
+        0,
+        "host copies are freed with their storages"
+    );
+    assert_eq!(dtr.tracked_storages(), 0);
+}
+
+/// A chain under a budget of three tensors, read back from the start:
+/// every early link must come back.
+fn chain<B: Backend>(dtr: &mut Interpreter<B>, cost: u64) -> Vec<Vec<f32>> {
+    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
+    let x = dtr.put(&values, &[N]).unwrap();
+    let mut links = vec![x];
+    for _ in 0..6 {
+        let last = *links.last().unwrap();
+        links.push(exp(dtr, last, cost));
+    }
+    let read: Vec<Vec<f32>> = links.iter().map(|&t| dtr.get_value(t).unwrap()).collect();
+    dtr.check_invariants().unwrap();
+    read
+}
+
+#[test]
+fn swapped_values_are_bitwise_those_of_the_unbounded_run() {
+    let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+    let expected = chain(&mut unbounded, 10);
+    for restore in [RestoreMode::Swap, RestoreMode::Hybrid] {
+        let mut dtr =
+            Interpreter::new(CpuBackend::new(), swapping(restore, 3 * BYTES, 1e9)).unwrap();
+        // Ops that cost 10 ns against 4096 ns transfers: `hybrid` recomputes.
+        assert_eq!(chain(&mut dtr, 10), expected, "{restore}");
+        assert!(dtr.memory().peak_bytes <= 3 * BYTES);
+        let stats = dtr.stats();
+        match restore {
+            RestoreMode::Swap => assert!(stats.swap_ins > 0 && stats.rematerializations == 0),
+            _ => assert!(stats.swap_ins == 0 && stats.rematerializations > 0),
+        }
+    }
+    // Ops that cost far more than their transfers: `hybrid` copies back.
+    let config = swapping(RestoreMode::Hybrid, 3 * BYTES, 1e9);
+    let mut dtr = Interpreter::new(CpuBackend::new(), config).unwrap();
+    assert_eq!(chain(&mut dtr, 1_000_000), expected);
+    assert!(dtr.stats().swap_ins > 0);
+    assert_eq!(dtr.stats().rematerializations, 0);
+}
+
+#[test]
+fn without_host_memory_swapping_is_dropping() {
+    let run = |config: Config| {
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+        chain(&mut dtr, 10);
+        (
+            dtr.stats().clone(),
+            dtr.graph().clock,
+            dtr.memory().host_peak_bytes,
+        )
+    };
+    let (dropped, clock, _) = run(Config::default().with_budget_bytes(3 * BYTES));
+    let mut config = swapping(RestoreMode::Swap, 3 * BYTES, 1e9);
+    config.swap.host_memory = Some(BYTES - 1);
+    let (swapped, swapped_clock, host_peak) = run(config);
+    assert_eq!(host_peak, 0, "no copy fits");
+    assert_eq!(swapped, dropped);
+    assert_eq!(swapped_clock, clock);
+    // Room for one copy at a time: never more is held.
+    let mut config = swapping(RestoreMode::Swap, 3 * BYTES, 1e9);
+    config.swap.host_memory = Some(BYTES);
+    let (_, _, host_peak) = run(config);
+    assert_eq!(host_peak, BYTES);
+}
+
+#[test]
+fn a_bad_swap_bandwidth_is_an_error() {
+    for bandwidth in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let config = swapping(RestoreMode::Swap, BYTES, bandwidth);
+        let error = Interpreter::new(SimulatorBackend::new(), config)
+            .err()
+            .unwrap();
+        assert!(error.to_string().contains("swap bandwidth"), "{error}");
+    }
+}
+
+/// A backend whose buffers the host cannot read (as a foreign framework's).
+struct Opaque(SimulatorBackend);
+
+impl Backend for Opaque {
+    type Buffer = ();
+    fn name(&self) -> &'static str {
+        "opaque"
+    }
+    fn upload(
+        &mut self,
+        data: &[f32],
+        layout: &dtr::shape::Layout,
+        at: Option<Block>,
+    ) -> dtr::Result<()> {
+        self.0.upload(data, layout, at)
+    }
+    fn allocate(
+        &mut self,
+        layout: &dtr::shape::Layout,
+        bytes: u64,
+        at: Option<Block>,
+    ) -> dtr::Result<()> {
+        self.0.allocate(layout, bytes, at)
+    }
+    fn execute(
+        &mut self,
+        op: &Op,
+        inputs: &[BufferView<'_, ()>],
+        signature: &Signature,
+        at: Option<&[Block]>,
+    ) -> dtr::Result<SmallVec<[Option<()>; 2]>> {
+        self.0.execute(op, inputs, signature, at)
+    }
+    fn read(&mut self, view: BufferView<'_, ()>) -> dtr::Result<Vec<f32>> {
+        self.0.read(view)
+    }
+}
+
+#[test]
+fn a_backend_that_cannot_swap_is_refused_unless_dropping() {
+    for restore in [RestoreMode::Swap, RestoreMode::Hybrid] {
+        let error = Interpreter::new(
+            Opaque(SimulatorBackend::new()),
+            swapping(restore, BYTES, 1e9),
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error}");
+        assert!(error.to_string().contains("cannot swap"), "{error}");
+    }
+    let drop = swapping(RestoreMode::Drop, BYTES, 1e9);
+    assert!(Interpreter::new(Opaque(SimulatorBackend::new()), drop).is_ok());
+}
