@@ -43,6 +43,10 @@ enum Command {
     Fit(cli::fit::Args),
     /// List the eviction heuristics and what each one scores.
     Heuristics,
+    /// Run a trace once under a heuristic and keep what it did as a static
+    /// plan: the schedule and a fixed offset for every allocation (follow
+    /// it with `dtr replay --plan`).
+    Plan(cli::plan::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,5 +74,6 @@ fn run(command: Command) -> dtr::Result<ExitCode> {
         Command::Merge(args) => cli::sweep::merge(args),
         Command::Fit(args) => cli::fit::run(args),
         Command::Heuristics => cli::heuristics::run(),
+        Command::Plan(args) => cli::plan::run(args),
     }
 }

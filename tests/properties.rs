@@ -2,7 +2,7 @@
 //! unbounded run, memory never over the budget, nothing left after every
 //! handle is dropped, and out-of-memory recoverable by raising the budget.
 
-use dtr::memory::MemoryModel;
+use dtr::memory::{packing, MemoryModel};
 use dtr::policy::Sampling;
 use dtr::{
     BinaryOp, Config, CpuBackend, Error, Interpreter, Op, ReduceOp, RestoreMode, ScalarOp,
@@ -72,7 +72,12 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(mut config: Config) -> Runner {
+    fn new(config: Config) -> Runner {
+        Runner::prepared(config, |_| {})
+    }
+
+    /// A runner whose interpreter `prepare` sets up before the first put.
+    fn prepared(mut config: Config, prepare: impl FnOnce(&mut Interpreter<CpuBackend>)) -> Runner {
         // Room for the two parameters, even in an arena of 256-byte blocks.
         let budget = match config.budget {
             dtr::Budget::Bytes(bytes) => Some(bytes.max(512)),
@@ -81,6 +86,7 @@ impl Runner {
         config.budget = budget.into();
         let retains_history = config.retain_history;
         let mut dtr = Interpreter::new(CpuBackend::new(), config).unwrap();
+        prepare(&mut dtr);
         let gamma = dtr.put(&[1.0, 0.5, -1.0, 2.0], &[4]).unwrap();
         let beta = dtr.put(&[0.0, 1.0, 0.25, -0.5], &[4]).unwrap();
         Runner {
@@ -417,4 +423,47 @@ fn cached_dtr_forgets_a_rematerialised_storage_freed_before_the_next_pass() {
         Binary { op: 0, a: 25, b: 2 },
     ];
     cached_dtr_against_walk(&program, 0.05, false, false).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES / 4))]
+
+    /// A static plan recorded from a budgeted run reruns the program with
+    /// no policy, every allocation at its planned offset, to the same values
+    /// and the same recomputations.
+    #[test]
+    fn a_plan_reruns_its_program_exactly(
+        program in prop::collection::vec(step(), 1..80),
+        budget_fraction in 0.05f64..1.0,
+        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "msps", "lru", "coop"]),
+    ) {
+        let mut unbounded = Runner::new(Config::default());
+        let expected = unbounded.run(&program);
+        let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
+
+        let config = Config::default().with_heuristic(heuristic).with_budget_bytes(budget);
+        let mut recorded = Runner::prepared(config, |dtr| dtr.record_plan().unwrap());
+        let observed = recorded.run(&program);
+        prop_assert_eq!(&observed, &expected);
+        // A run that needed more memory than its budget has no plan to keep.
+        prop_assume!(!recorded.hit_oom);
+        let record = recorded.dtr.plan_record().unwrap();
+        let lifetimes: Vec<packing::Lifetime> = record
+            .lifetimes
+            .iter()
+            .map(|l| packing::Lifetime { bytes: l.bytes.div_ceil(256) * 256, ..*l })
+            .collect();
+        let (offsets, arena) = packing::pack(&lifetimes, 256);
+        prop_assert!(packing::check(&lifetimes, &offsets, arena).is_ok());
+
+        let config = Config::default().with_memory(MemoryModel::arena()).with_budget_bytes(arena);
+        let mut followed = Runner::prepared(config, |dtr| {
+            dtr.follow_plan(record.reservations.clone(), Some(offsets)).unwrap()
+        });
+        let again = followed.run(&program);
+        prop_assert!(!followed.hit_oom);
+        prop_assert_eq!(again, expected);
+        prop_assert!(followed.dtr.plan_finished());
+        prop_assert_eq!(followed.dtr.stats().compute, recorded.dtr.stats().compute);
+    }
 }

@@ -6,6 +6,7 @@ pub mod fit;
 pub mod gen;
 pub mod heuristics;
 pub mod info;
+pub mod plan;
 pub mod replay;
 pub mod restore;
 pub mod sweep;

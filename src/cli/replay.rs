@@ -49,6 +49,10 @@ pub struct Args {
     timeline: Option<PathBuf>,
     #[command(flatten)]
     restore: RestoreArgs,
+    /// Follow a plan made by `dtr plan` instead of a heuristic: no policy,
+    /// every allocation at its planned offset, checked.
+    #[arg(long, conflicts_with_all = ["ratio", "budget", "timeline"])]
+    plan: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> dtr::Result<ExitCode> {
@@ -65,7 +69,11 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         json,
         timeline,
         restore,
+        plan,
     } = args;
+    if let Some(plan) = plan {
+        return super::plan::follow(&trace, format, &plan, json);
+    }
     let spec = RunSpec {
         policy: Policy::from(heuristic.as_str()),
         budget: match (ratio, budget) {

@@ -6,6 +6,7 @@ pub mod chains;
 pub mod checkpoint;
 pub mod fit;
 pub mod generate;
+pub mod plan;
 #[cfg(feature = "plot")]
 pub mod plot;
 pub mod revolve;

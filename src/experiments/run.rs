@@ -170,8 +170,20 @@ impl RunSpec {
     pub fn run_observed(
         &self,
         workload: &Workload,
-        mut after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
+        after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
     ) -> Result<Outcome> {
+        let (outcome, _) = self.run_with(workload, |_| Ok(()), after_event)?;
+        Ok(outcome)
+    }
+
+    /// [`RunSpec::run_observed`] that lets `prepare` set up the interpreter
+    /// before the first event (to record a plan, say) and hands it back.
+    pub fn run_with(
+        &self,
+        workload: &Workload,
+        prepare: impl FnOnce(&mut Interpreter<SimulatorBackend>) -> Result<()>,
+        mut after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
+    ) -> Result<(Outcome, Interpreter<SimulatorBackend>)> {
         self.validate()?;
         let base = &workload.baseline;
         let config = Config::default()
@@ -187,6 +199,7 @@ impl RunSpec {
                 let plan = CheckpointPlan::new(&workload.trace)?;
                 let mut interpreter =
                     Interpreter::new(SimulatorBackend::new(), config.with_events(true))?;
+                prepare(&mut interpreter)?;
                 let report = plan.run(&workload.trace, &mut interpreter, Kernels::Recorded)?;
                 (None, interpreter, report)
             }
@@ -200,6 +213,7 @@ impl RunSpec {
                     config = config.with_remat_limit(extra.floor() as u64);
                 }
                 let mut interpreter = Interpreter::new(SimulatorBackend::new(), config)?;
+                prepare(&mut interpreter)?;
                 let report = replay_observed(
                     &workload.trace,
                     &mut interpreter,
@@ -219,14 +233,15 @@ impl RunSpec {
             (_, Budget::Ratio(ratio)) => ratio,
             _ => budget_bytes.map_or(f64::INFINITY, of_peak),
         };
-        Ok(Outcome {
+        let outcome = Outcome {
             budget_bytes,
             ratio,
             overhead: report.stats.elapsed() as f64 / base.compute.max(1) as f64,
             arena: interpreter.memory().arena,
             host_peak_bytes: interpreter.memory().host_peak_bytes,
             report,
-        })
+        };
+        Ok((outcome, interpreter))
     }
 
     /// [`RunSpec::run_observed`] without an observer.

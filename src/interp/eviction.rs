@@ -31,11 +31,15 @@ impl<B: Backend> Interpreter<B> {
     /// [`Config::remat_memory_guard`](crate::Config::remat_memory_guard), victims whose
     /// rematerialisation could not fit are held back while others remain.
     pub(super) fn reserve(&mut self, sizes: &[u64], purpose: RoomFor<'_>) -> Result<Vec<Block>> {
+        if self.follows_plan() {
+            return self.reserve_as_planned(sizes, purpose);
+        }
         let mut held_back: Vec<StorageId> = Vec::new();
         let result = self.reserve_holding_back(sizes, purpose, &mut held_back);
         for storage in held_back {
             self.table.refresh_candidacy(&self.graph, storage);
         }
+        self.schedule_reserved(result.is_err());
         result
     }
 
@@ -147,6 +151,9 @@ impl<B: Backend> Interpreter<B> {
         let to_host = self.config.restore != RestoreMode::Drop && self.swap_out(storage, eager);
         self.table
             .evict(&mut self.graph, storage, &mut self.backend);
+        if !eager {
+            self.schedule_victim(self.graph.storages[storage].tensors[0]);
+        }
         let info = &self.graph.storages[storage];
         let (bytes, root) = (info.bytes, info.tensors[0]);
         self.heuristic.on_evict(storage, &self.graph);
@@ -175,7 +182,7 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
-    fn out_of_memory(&self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
+    pub(super) fn out_of_memory(&self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
         let context = match purpose {
             RoomFor::Op {
                 node,

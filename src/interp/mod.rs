@@ -10,11 +10,13 @@ mod eviction;
 mod materialize;
 mod observer;
 mod release;
+mod schedule;
 mod stats;
 mod storage;
 mod swap;
 
 pub use observer::{ProgramObserver, TensorInstruction};
+pub use schedule::{PlanRecord, Reservation};
 pub use stats::{Event, Stats};
 
 use slotmap::SecondaryMap;
@@ -55,6 +57,8 @@ pub struct Interpreter<B: Backend> {
     observer: Option<Box<dyn ProgramObserver>>,
     /// The copy queue's time and write-back backlog (swap).
     copies: swap::CopyQueue,
+    /// A static plan being recorded or followed.
+    schedule: Option<schedule::Schedule>,
 }
 
 /// Bytes in use, their high-water mark and the budget; in arena mode also
@@ -121,6 +125,7 @@ impl<B: Backend> Interpreter<B> {
             events: Vec::new(),
             observer: None,
             copies: swap::CopyQueue::default(),
+            schedule: None,
         })
     }
 

@@ -15,6 +15,7 @@ use slotmap::SecondaryMap;
 use crate::backend::{Backend, BufferView};
 use crate::error::Result;
 use crate::graph::{Graph, Residency, StorageId};
+use crate::memory::packing::Lifetime;
 use crate::memory::{Block, Memory, MemoryCounter};
 use crate::ops::ELEMENT_BYTES;
 use crate::policy::{CandidatePool, PolicyView};
@@ -59,6 +60,33 @@ pub(super) struct StorageTable<B: Backend> {
     /// Bytes of the host copies, and their high-water mark.
     host_bytes: u64,
     host_peak_bytes: u64,
+    /// Every allocation's lifetime, when recording for a static plan.
+    log: Option<AllocationLog>,
+}
+
+/// The lifetimes of a run's allocations. Time counts reservations: the
+/// blocks of reservation `k` are made at `2k` and frees before the next
+/// reservation happen at `2k + 1`.
+#[derive(Default)]
+struct AllocationLog {
+    now: u64,
+    lifetimes: Vec<Lifetime>,
+    /// The lifetime of each installed storage's block.
+    open: SecondaryMap<StorageId, usize>,
+    /// Blocks reserved and not yet installed or returned.
+    reserved: Vec<(Block, usize)>,
+}
+
+impl AllocationLog {
+    fn close(&mut self, lifetime: usize) {
+        self.lifetimes[lifetime].end = self.now + 1;
+    }
+
+    fn take_reserved(&mut self, block: Block) -> Option<usize> {
+        let at = self.reserved.iter().position(|&(b, _)| b == block)?;
+        // `remove`, not `swap_remove`: equal blocks (counter memory) go in order.
+        Some(self.reserved.remove(at).1)
+    }
 }
 
 impl<B: Backend> StorageTable<B> {
@@ -72,6 +100,7 @@ impl<B: Backend> StorageTable<B> {
             constant_peak_bytes: 0,
             host_bytes: 0,
             host_peak_bytes: 0,
+            log: None,
         }
     }
 
@@ -92,12 +121,52 @@ impl<B: Backend> StorageTable<B> {
     /// Reserves a block for each of `sizes` if they all fit now; the blocks
     /// belong to no storage until [`StorageTable::install`].
     pub(super) fn reserve(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
-        self.memory.allocate_all(sizes)
+        let blocks = self.memory.allocate_all(sizes)?;
+        if let Some(log) = &mut self.log {
+            log.now += 2;
+            for &block in &blocks {
+                log.reserved.push((block, log.lifetimes.len()));
+                log.lifetimes.push(Lifetime {
+                    bytes: block.size,
+                    start: log.now,
+                    end: u64::MAX,
+                });
+            }
+        }
+        Some(blocks)
     }
 
     /// Returns a reserved block that was not installed.
     pub(super) fn unreserve(&mut self, block: Block) {
+        if let Some(log) = &mut self.log {
+            if let Some(lifetime) = log.take_reserved(block) {
+                log.close(lifetime);
+            }
+        }
         self.memory.free(block);
+    }
+
+    /// Starts recording every allocation's lifetime (for a static plan).
+    pub(super) fn record_lifetimes(&mut self) {
+        self.log = Some(AllocationLog::default());
+    }
+
+    /// The lifetimes recorded so far, in allocation order; those still
+    /// alive end now.
+    pub(super) fn lifetimes(&self) -> Vec<Lifetime> {
+        let Some(log) = &self.log else {
+            return Vec::new();
+        };
+        let mut lifetimes = log.lifetimes.clone();
+        for lifetime in &mut lifetimes {
+            lifetime.end = lifetime.end.min(log.now + 1);
+        }
+        lifetimes
+    }
+
+    /// Places the following allocations at a static plan's offsets.
+    pub(super) fn follow_offsets(&mut self, offsets: Vec<u64>) {
+        self.memory.follow_offsets(offsets);
     }
 
     /// Makes `storage` resident with `buffer` in `block`.
@@ -108,6 +177,11 @@ impl<B: Backend> StorageTable<B> {
         buffer: B::Buffer,
         block: Block,
     ) {
+        if let Some(log) = &mut self.log {
+            if let Some(lifetime) = log.take_reserved(block) {
+                log.open.insert(storage, lifetime);
+            }
+        }
         let slot = &mut self.slots[storage];
         debug_assert!(slot.buffer.is_none(), "installing over a resident storage");
         slot.buffer = Some(buffer);
@@ -236,6 +310,11 @@ impl<B: Backend> StorageTable<B> {
         }
         if let Some(block) = self.blocks.remove(storage) {
             self.memory.free(block);
+        }
+        if let Some(log) = &mut self.log {
+            if let Some(lifetime) = log.open.remove(storage) {
+                log.close(lifetime);
+            }
         }
         self.pool.remove(storage);
     }

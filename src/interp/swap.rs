@@ -4,8 +4,9 @@
 //! module decides when to make them and when to use them, and keeps the
 //! copy queue's time.
 //!
-//! The time model, in cost units taken as nanoseconds: one copy queue runs
-//! beside compute and moves [`SwapConfig::bandwidth`] bytes per second, one
+//! The time model, in cost units taken as nanoseconds: two copy queues, one
+//! each way (GPUs copy both ways at once over full-duplex links), run beside
+//! compute; each moves [`SwapConfig::bandwidth`] bytes per second, one
 //! transfer at a time.
 //! - **Write-back.** While ops run, the queue copies the recomputable
 //!   storages they make to host memory, oldest first, as far as its time and
@@ -15,7 +16,7 @@
 //!   copy waits for the copy to finish (compute cannot reuse the bytes
 //!   before): the clock stalls.
 //! - **Swap-in.** Bringing a storage back waits for its transfer (after the
-//!   one in flight): the clock stalls.
+//!   one in flight to the device): the clock stalls.
 //!
 //! Stalls advance the clock and count in the overhead and the thrash limit.
 //! Tensors never change in place, so a host copy stays valid while its
@@ -32,11 +33,12 @@ use crate::config::RestoreMode;
 use crate::error::Result;
 use crate::graph::StorageId;
 
-/// The copy engine: when it is next free, and the storages waiting to be
-/// written back to host memory with the time each was made.
+/// The copy engines: when each direction is next free, and the storages
+/// waiting to be written back to host memory with the time each was made.
 #[derive(Default)]
 pub(super) struct CopyQueue {
-    busy_until: u64,
+    to_host_until: u64,
+    to_device_until: u64,
     write_back: VecDeque<(StorageId, u64)>,
 }
 
@@ -61,7 +63,7 @@ impl<B: Backend> Interpreter<B> {
     /// that do not fit in host memory, are skipped.
     pub(super) fn write_back(&mut self) {
         let limit = self.config.swap.host_memory;
-        while self.copies.busy_until < self.graph.clock {
+        while self.copies.to_host_until < self.graph.clock {
             let Some((storage, made_at)) = self.copies.write_back.pop_front() else {
                 break;
             };
@@ -75,14 +77,14 @@ impl<B: Backend> Interpreter<B> {
             {
                 continue;
             }
-            let start = self.copies.busy_until.max(made_at);
+            let start = self.copies.to_host_until.max(made_at);
             let end = start.saturating_add(self.config.swap.transfer_cost(info.bytes));
             match self
                 .table
                 .copy_to_host(&self.graph, storage, &mut self.backend, end)
             {
                 Ok(()) => {
-                    self.copies.busy_until = end;
+                    self.copies.to_host_until = end;
                     self.stats.host_copies += 1;
                 }
                 Err(error) => {
@@ -112,7 +114,7 @@ impl<B: Backend> Interpreter<B> {
                 .table
                 .host_has_room(&self.graph, storage, self.config.swap.host_memory);
         let end =
-            ready_at.unwrap_or_else(|| now.max(self.copies.busy_until).saturating_add(transfer));
+            ready_at.unwrap_or_else(|| now.max(self.copies.to_host_until).saturating_add(transfer));
         let pays = match self.config.restore {
             RestoreMode::Drop => false,
             RestoreMode::Swap => true,
@@ -132,7 +134,7 @@ impl<B: Backend> Interpreter<B> {
                 tracing::warn!(target: "dtr::swap", %error, "swap-out failed; dropping instead");
                 return false;
             }
-            self.copies.busy_until = end;
+            self.copies.to_host_until = end;
             self.stats.host_copies += 1;
         }
         self.stall_until(end);
@@ -177,9 +179,9 @@ impl<B: Backend> Interpreter<B> {
             self.table.unreserve(block);
             return Err(error);
         }
-        let start = self.graph.clock.max(self.copies.busy_until);
+        let start = self.graph.clock.max(self.copies.to_device_until);
         let end = start.saturating_add(self.config.swap.transfer_cost(bytes));
-        self.copies.busy_until = end;
+        self.copies.to_device_until = end;
         self.stall_until(end);
         self.graph.tensors[root].defined = true;
         self.heuristic.on_rematerialize(storage, &self.graph);
@@ -208,7 +210,7 @@ impl<B: Backend> Interpreter<B> {
             let wait = match table.host_copy_ready_at(storage) {
                 Some(ready) => ready.saturating_sub(graph.clock),
                 None if table.host_has_room(graph, storage, config.swap.host_memory) => {
-                    let start = graph.clock.max(queue.busy_until);
+                    let start = graph.clock.max(queue.to_host_until);
                     start + config.swap.transfer_cost(bytes) - graph.clock
                 }
                 None => return f64::INFINITY,

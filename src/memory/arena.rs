@@ -116,6 +116,31 @@ impl Arena {
         Some(Block { offset, size })
     }
 
+    /// Places `bytes` at exactly `offset`, if that stretch is free.
+    pub fn allocate_at(
+        &mut self,
+        offset: u64,
+        bytes: u64,
+        owner: Option<StorageId>,
+    ) -> Option<Block> {
+        let size = self.aligned(bytes)?;
+        if size == 0 {
+            return Some(Block { offset: 0, size: 0 });
+        }
+        let end = offset.checked_add(size)?;
+        let (&free, &free_size) = self.free_by_offset.range(..=offset).next_back()?;
+        if free + free_size < end || offset % self.alignment != 0 {
+            return None;
+        }
+        self.remove_free(free);
+        self.insert_free(free, offset - free);
+        self.insert_free(end, free + free_size - end);
+        self.used.insert(offset, (size, owner));
+        self.in_use += size;
+        self.peak = self.peak.max(self.in_use);
+        Some(Block { offset, size })
+    }
+
     /// Allocates every size or none (then the arena is as before).
     pub fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
         let mut blocks = Vec::with_capacity(sizes.len());

@@ -7,6 +7,7 @@
 
 pub mod arena;
 mod counter;
+pub mod packing;
 
 pub use arena::{Arena, ArenaReport, Block, Piece};
 pub use counter::MemoryCounter;
@@ -84,6 +85,9 @@ pub struct Memory {
     model: MemoryModel,
     counter: MemoryCounter,
     arena: Option<Arena>,
+    /// A static plan's offsets, in allocation order: the arena places each
+    /// allocation at the next one instead of choosing.
+    planned: Option<std::collections::VecDeque<u64>>,
 }
 
 impl Memory {
@@ -93,6 +97,7 @@ impl Memory {
             model,
             counter: MemoryCounter::new(budget_bytes),
             arena: None,
+            planned: None,
         };
         memory.open_arena();
         memory
@@ -135,11 +140,40 @@ impl Memory {
         }
     }
 
+    /// Places the following allocations at `offsets`, in order (a static
+    /// plan's), in arena memory.
+    pub fn follow_offsets(&mut self, offsets: Vec<u64>) {
+        self.planned = Some(offsets.into());
+    }
+
+    /// Planned offsets not used yet.
+    pub fn planned_offsets_left(&self) -> usize {
+        self.planned.as_ref().map_or(0, |offsets| offsets.len())
+    }
+
     /// Allocates a block for each size, or nothing when they do not all fit.
+    /// Following a plan, each goes at its planned offset or none is made.
     pub fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
-        let blocks = match &mut self.arena {
-            Some(arena) => arena.allocate_all(sizes)?,
-            None => {
+        let blocks = match (&mut self.arena, &mut self.planned) {
+            (Some(arena), Some(planned)) => {
+                if planned.len() < sizes.len() {
+                    return None;
+                }
+                let mut blocks = Vec::with_capacity(sizes.len());
+                for (&bytes, &offset) in sizes.iter().zip(planned.iter()) {
+                    match arena.allocate_at(offset, bytes, None) {
+                        Some(block) => blocks.push(block),
+                        None => {
+                            blocks.into_iter().for_each(|block| arena.free(block));
+                            return None;
+                        }
+                    }
+                }
+                planned.drain(..sizes.len());
+                blocks
+            }
+            (Some(arena), None) => arena.allocate_all(sizes)?,
+            (None, _) => {
                 let total = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
                 if !self.counter.fits(total) {
                     return None;

@@ -1,0 +1,242 @@
+//! Static plans from a DTR run: run a trace once under a heuristic, keep the
+//! schedule it executed (which storages each allocation evicted, and so
+//! which recomputations followed) and give every allocation a fixed offset
+//! from an offline packer. Following the plan needs no policy, and its
+//! arena cannot fragment.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use slotmap::{Key, KeyData};
+
+use super::run::{Outcome, RunSpec, Workload};
+use crate::config::{Budget, RestoreMode};
+use crate::error::{Error, Result};
+use crate::graph::TensorId;
+use crate::memory::packing::{self, Lifetime};
+use crate::memory::MemoryModel;
+use crate::trace::replay::ReplayStatus;
+use crate::Reservation;
+
+/// One request for memory, as a plan file keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PlannedReservation {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evict: Vec<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_memory: bool,
+}
+
+/// The plan file's format version.
+pub const PLAN_VERSION: u32 = 1;
+
+/// A schedule and its placement, as `dtr plan` writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub version: u32,
+    /// The trace it was made from, and its number of events (a plan only
+    /// fits the program it was made on).
+    pub trace: String,
+    pub trace_events: usize,
+    /// The heuristic it records, and the budget the plan was asked for
+    /// (the run itself may have had less: see [`Plan::make`]).
+    pub heuristic: String,
+    pub budget_bytes: u64,
+    /// The most bytes the recorded run held at once.
+    pub peak_bytes: u64,
+    /// Its compute over the unbounded run's.
+    pub overhead: f64,
+    /// The arena the planned offsets need, and their alignment.
+    pub arena_bytes: u64,
+    pub alignment: u64,
+    /// Each request for memory of the run, in order: the tensors (by the
+    /// run's ids) it evicted, and whether it then ran out of memory.
+    pub reservations: Vec<PlannedReservation>,
+    /// Every allocation's lifetime and offset, in the order they are made.
+    pub lifetimes: Vec<Lifetime>,
+    pub offsets: Vec<u64>,
+}
+
+impl Plan {
+    /// A plan for `spec` (a heuristic under a budget, dropping) on
+    /// `workload`, in an arena of `alignment`-byte blocks, that fits the
+    /// budget if it can: the packed arena needs more than the bytes the run
+    /// held at once, so while it is over the budget the run is planned
+    /// again under a budget smaller by that excess (a few times at most).
+    /// The smallest arena found is kept, within the budget or not (see
+    /// [`Plan::fits`]). Fails if the first run does not complete.
+    pub fn make(workload: &Workload, spec: &RunSpec, alignment: u64) -> Result<Plan> {
+        const ATTEMPTS: usize = 8;
+        let mut best = Plan::record(workload, spec, alignment)?;
+        let target = best.budget_bytes;
+        let mut budget = target;
+        for _ in 1..ATTEMPTS {
+            if best.fits() {
+                break;
+            }
+            budget = (budget as f64 * target as f64 / best.arena_bytes as f64).floor() as u64;
+            let tighter = RunSpec {
+                budget: Budget::Bytes(budget),
+                ..spec.clone()
+            };
+            let Ok(plan) = Plan::record(workload, &tighter, alignment) else {
+                break; // too tight to complete
+            };
+            if plan.arena_bytes < best.arena_bytes {
+                best = plan;
+            }
+        }
+        best.budget_bytes = target;
+        Ok(best)
+    }
+
+    /// Evictions the plan makes (besides eager ones).
+    pub fn evictions(&self) -> usize {
+        self.reservations.iter().map(|r| r.evict.len()).sum()
+    }
+
+    /// Whether the planned arena fits the budget the plan was asked for.
+    pub fn fits(&self) -> bool {
+        self.arena_bytes <= self.budget_bytes
+    }
+
+    /// Runs `spec` recording its schedule, and packs its allocations.
+    fn record(workload: &Workload, spec: &RunSpec, alignment: u64) -> Result<Plan> {
+        if !spec.policy.takes_budget() || spec.budget == Budget::Unbounded {
+            return Err(Error::InvalidArgument(
+                "a plan records a heuristic's run under a budget".into(),
+            ));
+        }
+        if spec.restore != RestoreMode::Drop {
+            return Err(Error::InvalidArgument(
+                "plans record runs that restore by `drop`".into(),
+            ));
+        }
+        if !alignment.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "the alignment must be a power of two, got {alignment}"
+            )));
+        }
+        let (outcome, dtr) = spec.run_with(workload, |dtr| dtr.record_plan(), |_, _| {})?;
+        let report = &outcome.report;
+        if report.status != ReplayStatus::Ok {
+            return Err(Error::InvalidArgument(format!(
+                "the run under `{}` did not complete ({}{}), so there is no plan to keep",
+                spec.policy.name(),
+                report.status,
+                report
+                    .message
+                    .as_deref()
+                    .map_or(String::new(), |m| format!(": {m}"))
+            )));
+        }
+        let record = dtr.plan_record().expect("the run was recorded");
+        let lifetimes: Vec<Lifetime> = record
+            .lifetimes
+            .into_iter()
+            .map(|l| Lifetime {
+                bytes: l.bytes.div_ceil(alignment) * alignment,
+                ..l
+            })
+            .collect();
+        let (offsets, arena_bytes) = packing::pack(&lifetimes, alignment);
+        packing::check(&lifetimes, &offsets, arena_bytes).map_err(Error::InvalidArgument)?;
+        Ok(Plan {
+            version: PLAN_VERSION,
+            trace: workload.trace.source.clone(),
+            trace_events: workload.trace.events.len(),
+            heuristic: spec.policy.name().to_string(),
+            budget_bytes: outcome.budget_bytes.unwrap_or(0),
+            peak_bytes: report.peak_bytes,
+            overhead: outcome.overhead,
+            arena_bytes,
+            alignment,
+            reservations: record
+                .reservations
+                .iter()
+                .map(|r| PlannedReservation {
+                    evict: r.victims.iter().map(|t| t.data().as_ffi()).collect(),
+                    out_of_memory: r.out_of_memory,
+                })
+                .collect(),
+            lifetimes,
+            offsets,
+        })
+    }
+
+    /// Runs `workload` by the plan, with no policy, in an arena of exactly
+    /// the planned size with every allocation at its planned offset. Fails
+    /// if the program departs from the plan.
+    pub fn follow(&self, workload: &Workload) -> Result<Outcome> {
+        if workload.trace.events.len() != self.trace_events {
+            return Err(Error::InvalidArgument(format!(
+                "the plan was made on a trace of {} events ({}), this one has {}",
+                self.trace_events,
+                self.trace,
+                workload.trace.events.len()
+            )));
+        }
+        let spec = RunSpec {
+            budget: Budget::Bytes(self.arena_bytes),
+            memory: MemoryModel::Arena {
+                alignment: self.alignment,
+            },
+            thrash_limit: f64::INFINITY,
+            ..RunSpec::default()
+        };
+        let reservations: Vec<Reservation> = self
+            .reservations
+            .iter()
+            .map(|r| Reservation {
+                victims: r
+                    .evict
+                    .iter()
+                    .map(|&id| TensorId::from(KeyData::from_ffi(id)))
+                    .collect(),
+                out_of_memory: r.out_of_memory,
+            })
+            .collect();
+        let offsets = self.offsets.clone();
+        let (outcome, dtr) = spec.run_with(
+            workload,
+            |dtr| dtr.follow_plan(reservations, Some(offsets)),
+            |_, _| {},
+        )?;
+        let report = &outcome.report;
+        if report.status != ReplayStatus::Ok {
+            return Err(Error::InvalidArgument(format!(
+                "the plan did not hold: {}",
+                report.message.as_deref().unwrap_or("the run stopped")
+            )));
+        }
+        if !dtr.plan_finished() {
+            return Err(Error::InvalidArgument(
+                "the program ended before the plan did".into(),
+            ));
+        }
+        Ok(outcome)
+    }
+
+    pub fn read(path: &Path) -> Result<Plan> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
+        let plan: Plan = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: not a plan: {e}", path.display())))?;
+        if plan.version != PLAN_VERSION {
+            return Err(Error::InvalidArgument(format!(
+                "{}: plan version {} (this dtr reads version {PLAN_VERSION})",
+                path.display(),
+                plan.version
+            )));
+        }
+        Ok(plan)
+    }
+
+    /// Writes the plan as JSON, aside and then renamed into place.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text =
+            serde_json::to_string(self).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let aside = path.with_extension("json.tmp");
+        std::fs::write(&aside, text + "\n").map_err(|e| Error::file(&aside, e))?;
+        std::fs::rename(&aside, path).map_err(|e| Error::file(path, e))
+    }
+}

@@ -1,0 +1,184 @@
+//! Static plans from a DTR run: recording which storages each reservation
+//! evicted (and, in the storage table, every allocation's lifetime), and
+//! following such a record with no policy at all.
+
+use std::collections::VecDeque;
+
+use super::eviction::RoomFor;
+use super::Interpreter;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::graph::TensorId;
+use crate::memory::packing::Lifetime;
+use crate::memory::Block;
+
+/// A schedule being recorded or followed.
+pub(super) enum Schedule {
+    Record {
+        /// The reservations so far.
+        done: Vec<Reservation>,
+        /// The victims of the reservation under way.
+        current: Vec<TensorId>,
+    },
+    Follow {
+        /// The reservations to come.
+        planned: VecDeque<Reservation>,
+        /// Reservations made so far.
+        reservation: usize,
+    },
+}
+
+/// One request for memory in a recorded run: the storages it evicted, by
+/// root tensor, and whether it then ran out of memory (an op that then got
+/// room by lock relaxation asks again).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reservation {
+    pub victims: Vec<TensorId>,
+    pub out_of_memory: bool,
+}
+
+/// What a run recorded for a static plan: its reservations, and every
+/// allocation's lifetime, in the order they were made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanRecord {
+    pub reservations: Vec<Reservation>,
+    pub lifetimes: Vec<Lifetime>,
+}
+
+impl<B: Backend> Interpreter<B> {
+    /// Starts recording the schedule this run executes, for
+    /// [`Interpreter::plan_record`]. Only before the first instruction.
+    pub fn record_plan(&mut self) -> Result<()> {
+        self.before_any_instruction("record_plan")?;
+        self.schedule = Some(Schedule::Record {
+            done: Vec::new(),
+            current: Vec::new(),
+        });
+        self.table.record_lifetimes();
+        Ok(())
+    }
+
+    /// The schedule recorded since [`Interpreter::record_plan`].
+    pub fn plan_record(&self) -> Option<PlanRecord> {
+        match &self.schedule {
+            Some(Schedule::Record { done, .. }) => Some(PlanRecord {
+                reservations: done.clone(),
+                lifetimes: self.table.lifetimes(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Follows a recorded schedule instead of a policy: each reservation
+    /// evicts exactly its recorded victims (and fails where the recorded
+    /// one did), and (in arena memory, with `offsets`) places each
+    /// allocation at its planned offset. A program that departs from the
+    /// plan gets an error naming the reservation. Only before the first
+    /// instruction.
+    pub fn follow_plan(
+        &mut self,
+        reservations: Vec<Reservation>,
+        offsets: Option<Vec<u64>>,
+    ) -> Result<()> {
+        self.before_any_instruction("follow_plan")?;
+        if let Some(offsets) = offsets {
+            if self.table.memory().arena().is_none() {
+                return Err(Error::InvalidArgument(
+                    "planned offsets need arena memory with a budget".into(),
+                ));
+            }
+            self.table.follow_offsets(offsets);
+        }
+        self.schedule = Some(Schedule::Follow {
+            planned: reservations.into(),
+            reservation: 0,
+        });
+        Ok(())
+    }
+
+    /// Whether a followed plan was used up exactly: every reservation's
+    /// victims evicted and every planned offset taken.
+    pub fn plan_finished(&self) -> bool {
+        let offsets_left = self.table.memory().planned_offsets_left();
+        match &self.schedule {
+            Some(Schedule::Follow { planned, .. }) => planned.is_empty() && offsets_left == 0,
+            _ => offsets_left == 0,
+        }
+    }
+
+    fn before_any_instruction(&self, what: &str) -> Result<()> {
+        if self.graph.tensors.is_empty() && self.stats.ops == 0 {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{what}: only before the first instruction"
+            )))
+        }
+    }
+
+    /// Notes a victim chosen by the policy (recording).
+    pub(super) fn schedule_victim(&mut self, root: TensorId) {
+        if let Some(Schedule::Record { current, .. }) = &mut self.schedule {
+            current.push(root);
+        }
+    }
+
+    /// Closes the reservation under way (recording).
+    pub(super) fn schedule_reserved(&mut self, out_of_memory: bool) {
+        if let Some(Schedule::Record { done, current }) = &mut self.schedule {
+            done.push(Reservation {
+                victims: std::mem::take(current),
+                out_of_memory,
+            });
+        }
+    }
+
+    pub(super) fn follows_plan(&self) -> bool {
+        matches!(self.schedule, Some(Schedule::Follow { .. }))
+    }
+
+    /// A reservation by the plan: its victims, then its blocks (or the
+    /// out-of-memory error the recorded run got).
+    pub(super) fn reserve_as_planned(
+        &mut self,
+        sizes: &[u64],
+        purpose: RoomFor<'_>,
+    ) -> Result<Vec<Block>> {
+        let Some(Schedule::Follow {
+            planned,
+            reservation,
+        }) = &mut self.schedule
+        else {
+            unreachable!("only called when following a plan");
+        };
+        let k = *reservation;
+        *reservation += 1;
+        let planned = planned.pop_front().unwrap_or_default();
+        let broken = |why: String| {
+            Error::InvalidArgument(format!(
+                "the program departs from the plan at reservation {k}: {why}"
+            ))
+        };
+        for root in planned.victims {
+            let storage = self.graph.tensors.get(root).map(|t| t.storage);
+            match storage {
+                Some(storage) if self.table.pool().contains(storage) => self.evict(storage, false),
+                _ => return Err(broken(format!("victim {root:?} is not evictable"))),
+            }
+        }
+        if planned.out_of_memory {
+            let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+            return Err(self.out_of_memory(requested, purpose));
+        }
+        self.table.reserve(sizes).ok_or_else(|| {
+            broken(format!(
+                "{sizes:?} B do not fit{}",
+                if self.table.memory().arena().is_some() {
+                    " at their planned offsets"
+                } else {
+                    ""
+                }
+            ))
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! Static plans: made from a DTR run, followed with no policy at their
+//! planned offsets, with the same recomputations; a plan that does not
+//! match its program is an error, not a wrong run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dtr::experiments::plan::Plan;
+use dtr::experiments::{Policy, RunSpec, Workload};
+use dtr::memory::packing;
+use dtr::Budget;
+
+fn shipped(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("traces")
+        .join(name)
+}
+
+fn spec(heuristic: &str, ratio: f64) -> RunSpec {
+    RunSpec {
+        policy: Policy::from(heuristic),
+        budget: Budget::Ratio(ratio),
+        ..RunSpec::default()
+    }
+}
+
+/// Makes a plan and checks that following it repeats the run exactly.
+fn plan_and_follow(workload: &Workload, spec: &RunSpec) -> Plan {
+    let plan = Plan::make(workload, spec, 256).unwrap();
+    packing::check(&plan.lifetimes, &plan.offsets, plan.arena_bytes).unwrap();
+    let followed = plan.follow(workload).unwrap();
+    assert_eq!(followed.overhead, plan.overhead, "the same recomputations");
+    assert!(followed.report.peak_bytes <= plan.arena_bytes);
+    assert_eq!(
+        followed.report.stats.evictions as usize,
+        plan.evictions() + followed.report.stats.eager_evictions as usize
+    );
+    plan
+}
+
+#[test]
+fn plans_of_the_shipped_traces_are_followed_exactly() {
+    for (trace, ratio) in [
+        ("mlp-small.jsonl", 0.7),
+        ("transformer-small.jsonl", 0.6),
+        ("resnet-small.jsonl", 0.7),
+    ] {
+        let workload = Workload::load(&shipped(trace), None).unwrap();
+        for heuristic in ["dtr", "dtr-eq", "msps", "coop"] {
+            let plan = plan_and_follow(&workload, &spec(heuristic, ratio));
+            assert!(
+                plan.evictions() > 0,
+                "{trace} at {ratio} under {heuristic} should evict"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_plan_fits_its_budget_when_a_tighter_run_allows() {
+    // Small tensors (64 B): 256-byte blocks would waste most of the arena.
+    let workload = Workload::load(&shipped("transformer-small.jsonl"), None).unwrap();
+    let plan = Plan::make(&workload, &spec("dtr", 0.8), 16).unwrap();
+    assert_eq!(plan.follow(&workload).unwrap().overhead, plan.overhead);
+    let budget = (0.8 * workload.baseline.peak_bytes as f64).floor() as u64;
+    assert_eq!(plan.budget_bytes, budget);
+    assert!(plan.fits(), "{} B arena for {budget} B", plan.arena_bytes);
+    assert!(plan.peak_bytes <= plan.arena_bytes);
+}
+
+#[test]
+fn a_plan_only_fits_its_own_program() {
+    let mlp = Workload::load(&shipped("mlp-small.jsonl"), None).unwrap();
+    let plan = Plan::make(&mlp, &spec("dtr", 0.7), 256).unwrap();
+    let other = Workload::load(&shipped("transformer-small.jsonl"), None).unwrap();
+    let error = plan.follow(&other).unwrap_err().to_string();
+    assert!(error.contains("events"), "{error}");
+    // A victim that is not evictable where the plan says breaks it at that
+    // reservation.
+    let mut broken = plan.clone();
+    let k = broken
+        .reservations
+        .iter()
+        .position(|r| !r.evict.is_empty())
+        .unwrap();
+    broken.reservations[k].evict.clear();
+    broken.reservations[k + 1].evict.push(u64::MAX);
+    let error = broken.follow(&mlp).unwrap_err().to_string();
+    assert!(
+        error.contains("departs from the plan at reservation"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_run_that_does_not_complete_has_no_plan() {
+    let workload = Workload::load(&shipped("mlp-small.jsonl"), None).unwrap();
+    let error = Plan::make(&workload, &spec("dtr", 0.01), 256)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("did not complete"), "{error}");
+    let unbounded = RunSpec::default();
+    assert!(Plan::make(&workload, &unbounded, 256).is_err());
+}
+
+#[test]
+fn plan_then_replay_from_the_command_line() {
+    let dir = std::env::temp_dir().join(format!("dtr-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("plan.json");
+    let trace = shipped("transformer-small.jsonl");
+    let dtr = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_dtr"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let made = dtr(&[
+        "plan",
+        trace.to_str().unwrap(),
+        "--ratio",
+        "0.6",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let printed = String::from_utf8_lossy(&made.stdout);
+    assert!(printed.contains("planned arena"), "{printed}");
+    let followed = dtr(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--plan",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        followed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&followed.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_slice(&followed.stdout).unwrap();
+    assert_eq!(result["status"], "ok");
+    assert!(result["peak_bytes"].as_u64() <= result["arena_bytes"].as_u64());
+    // The plan is never written over its input.
+    let refused = dtr(&[
+        "plan",
+        trace.to_str().unwrap(),
+        "--ratio",
+        "0.6",
+        "--out",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is the input trace"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plans_of_the_authors_logs_are_followed_exactly() {
+    let dir = std::env::var_os("DTR_PROTOTYPE_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
+        });
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("SKIPPED: ../shared/traces/dtr-prototype is not beside the project (set DTR_PROTOTYPE_TRACES)");
+        return;
+    };
+    let mut logs: Vec<PathBuf> = entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    assert_eq!(logs.len(), 8);
+    for log in logs {
+        let workload = Workload::load(&log, None).unwrap();
+        // UNet under `dtr` at 0.5 completes, but no tighter run does.
+        let plan = plan_and_follow(&workload, &spec("dtr", 0.5));
+        let name = log.file_name().unwrap().to_string_lossy();
+        assert!(plan.fits() || name.starts_with("unet"), "{name}");
+    }
+}
