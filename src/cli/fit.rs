@@ -37,6 +37,10 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Also find the smallest ratio at which each heuristic's run gives a
+    /// static plan (`dtr plan`, 256-byte blocks) within the budget.
+    #[arg(long)]
+    plans: bool,
     /// Print a JSON array instead of a table.
     #[arg(long)]
     json: bool,
@@ -53,6 +57,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         thrash_limit,
         precision,
         jobs,
+        plans,
         json,
     } = args;
     let specs: Vec<RunSpec> = heuristics
@@ -84,6 +89,27 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         })
         .into_iter()
         .collect::<dtr::Result<Vec<_>>>()?;
+    let planned: Vec<(usize, usize)> = if plans {
+        (0..traces.len())
+            .flat_map(|t| (0..heuristics.len()).map(move |h| (t, h)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let plan_fits = dtr::experiments::parallel_map(
+        &planned,
+        jobs_or_cores(jobs),
+        &progress("fit plans"),
+        |&(t, h)| {
+            let spec = RunSpec {
+                memory: MemoryModel::Counter,
+                ..specs[h * memory.len()].clone()
+            };
+            dtr::experiments::plan::Plan::smallest_ratio(&workloads[t], &spec, 256, precision)
+        },
+    )
+    .into_iter()
+    .collect::<dtr::Result<Vec<_>>>()?;
     let memory_name = |spec: &RunSpec| spec.memory.to_string();
     if json {
         let objects: Vec<serde_json::Value> = cells
@@ -101,6 +127,18 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                     "probes": fit.probes,
                 })
             })
+            .chain(planned.iter().zip(&plan_fits).map(|(&(t, h), fit)| {
+                json!({
+                    "trace": traces[t].display().to_string(),
+                    "heuristic": heuristics[h],
+                    "memory": "plan",
+                    "ratio": fit.ratio,
+                    "budget_bytes": fit.budget_bytes,
+                    "overhead": fit.overhead,
+                    "fails_at": fit.fails_at,
+                    "probes": fit.probes,
+                })
+            }))
             .collect();
         println!("{}", serde_json::Value::Array(objects));
     } else {
@@ -115,6 +153,21 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                     .map(|h| {
                         let s = h * memory.len() + m;
                         let fit = &fits[t * specs.len() + s];
+                        fit.ratio.map_or("—".into(), |r| format!("{r:.3}"))
+                    })
+                    .collect();
+                println!("| {} | {} |", trace.display(), ratios.join(" | "));
+            }
+            println!();
+        }
+        if plans {
+            println!("static plans (arena, 256-byte blocks): smallest ratio whose plan fits\n");
+            println!("| trace | {} |", heuristics.join(" | "));
+            println!("|---|{}", "---:|".repeat(heuristics.len()));
+            for (t, trace) in traces.iter().enumerate() {
+                let ratios: Vec<String> = (0..heuristics.len())
+                    .map(|h| {
+                        let fit = &plan_fits[t * heuristics.len() + h];
                         fit.ratio.map_or("—".into(), |r| format!("{r:.3}"))
                     })
                     .collect();

@@ -95,8 +95,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         );
         let line = |what: &str, bytes: u64| {
             println!(
-                "  {what:<28} {:>12} ({:.3} of the baseline peak)",
-                ByteSize::b(bytes).to_string(),
+                "  {what:<28} {} ({:.3} of the baseline peak)",
+                ByteSize::b(bytes),
                 bytes as f64 / peak
             )
         };
@@ -105,20 +105,22 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         line("planned arena", plan.arena_bytes);
         if !plan.fits() {
             println!(
-                "  the planned arena is {:.1}% over the budget: no run found whose plan fits",
+                "  {:<28} {:.1}% over the budget: no run found whose plan fits",
+                "",
                 (plan.arena_bytes as f64 / plan.budget_bytes.max(1) as f64 - 1.0) * 100.0
             );
         }
         println!(
-            "  dynamic arena at the budget  {} (overhead {:.4})",
-            dynamic.report.status, dynamic.overhead
+            "  {:<28} {} (overhead {:.4})",
+            "dynamic arena at the budget", dynamic.report.status, dynamic.overhead
         );
         println!(
-            "  overhead                     {:.4}, the same when followed: {:.4}",
-            plan.overhead, followed.overhead
+            "  {:<28} {:.4}, the same when followed: {:.4}",
+            "overhead", plan.overhead, followed.overhead
         );
         println!(
-            "  {} allocations, {} evictions planned; written to {}",
+            "  {:<28} {} allocations, {} evictions; written to {}",
+            "plan",
             plan.lifetimes.len(),
             plan.evictions(),
             args.out.display()

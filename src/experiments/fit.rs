@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::run::{Outcome, RunSpec, Workload};
+use super::run::{RunSpec, Workload};
 use crate::config::Budget;
 use crate::error::{Error, Result};
 use crate::trace::replay::ReplayStatus;
@@ -46,15 +46,28 @@ pub fn smallest_ratio(workload: &Workload, spec: &RunSpec, precision: f64) -> Re
             spec.policy.name()
         )));
     }
-    let mut probes = 0;
-    let mut probe = |ratio: f64| -> Result<Option<Outcome>> {
-        probes += 1;
+    bisect(precision, |ratio| {
         let spec = RunSpec {
             budget: Budget::Ratio(ratio),
             ..spec.clone()
         };
         let outcome = spec.run(workload)?;
-        Ok((outcome.report.status == ReplayStatus::Ok).then_some(outcome))
+        Ok((outcome.report.status == ReplayStatus::Ok)
+            .then_some((outcome.budget_bytes, outcome.overhead)))
+    })
+}
+
+/// Bisects `[0, 1]` for the smallest ratio at which `probe` succeeds (with
+/// its budget in bytes and overhead), until the bracket is narrower than
+/// `precision`; 1.0 is probed first.
+pub fn bisect(
+    precision: f64,
+    mut probe: impl FnMut(f64) -> Result<Option<(Option<u64>, f64)>>,
+) -> Result<Fit> {
+    let mut probes = 0;
+    let mut probe = |ratio: f64| {
+        probes += 1;
+        probe(ratio)
     };
     let Some(mut best) = probe(1.0)? else {
         return Ok(Fit {
@@ -78,8 +91,8 @@ pub fn smallest_ratio(workload: &Workload, spec: &RunSpec, precision: f64) -> Re
     }
     Ok(Fit {
         ratio: Some(completes),
-        budget_bytes: best.budget_bytes,
-        overhead: Some(best.overhead),
+        budget_bytes: best.0,
+        overhead: Some(best.1),
         // 0 is never run: nothing fits in no memory.
         fails_at: (fails > 0.0).then_some(fails),
         probes,

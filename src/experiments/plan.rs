@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use slotmap::{Key, KeyData};
 
+use super::fit::Fit;
 use super::run::{Outcome, RunSpec, Workload};
 use crate::config::{Budget, RestoreMode};
 use crate::error::{Error, Result};
@@ -215,6 +216,26 @@ impl Plan {
             ));
         }
         Ok(outcome)
+    }
+
+    /// The smallest ratio of the unbounded peak at which `spec` gives a
+    /// plan within its budget (by bisection, as [`super::fit`]).
+    pub fn smallest_ratio(
+        workload: &Workload,
+        spec: &RunSpec,
+        alignment: u64,
+        precision: f64,
+    ) -> Result<Fit> {
+        super::fit::bisect(precision, |ratio| {
+            let spec = RunSpec {
+                budget: Budget::Ratio(ratio),
+                ..spec.clone()
+            };
+            Ok(Plan::make(workload, &spec, alignment)
+                .ok()
+                .filter(Plan::fits)
+                .map(|plan| (Some(plan.budget_bytes), plan.overhead)))
+        })
     }
 
     pub fn read(path: &Path) -> Result<Plan> {
