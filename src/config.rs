@@ -84,8 +84,8 @@ pub enum RestoreMode {
     /// host memory is full or the backend cannot swap.
     Swap,
     /// Per storage, whichever the estimates make cheaper: the transfer
-    /// (bytes over [`SwapConfig::bandwidth`], less what overlapped with
-    /// compute) or the recomputation.
+    /// (bytes over the swap bandwidth, less what overlapped with compute)
+    /// or the recomputation.
     Hybrid,
 }
 

@@ -16,8 +16,8 @@ use super::{parse_bytes, trace_format, FormatArg};
 /// The arguments of `dtr plan`.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Example:\n  dtr plan traces/resnet-small.jsonl --ratio 0.5 --out plan.json\n  \
-                        dtr replay traces/resnet-small.jsonl --plan plan.json"
+    after_help = "Example:\n  dtr plan traces/transformer-small.jsonl --ratio 0.8 --out plan.json\n  \
+                        dtr replay traces/transformer-small.jsonl --plan plan.json"
 )]
 pub struct Args {
     trace: PathBuf,
