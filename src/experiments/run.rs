@@ -160,6 +160,18 @@ impl RunSpec {
     pub fn run_observed(
         &self,
         workload: &Workload,
+        after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
+    ) -> Result<Outcome> {
+        self.run_recording(workload, false, after_event)
+    }
+
+    /// [`RunSpec::run_observed`], with the interpreter's log of evictions
+    /// and rematerialisations kept when `record_events` (see
+    /// [`Interpreter::events`]; it changes no decision).
+    pub fn run_recording(
+        &self,
+        workload: &Workload,
+        record_events: bool,
         mut after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
     ) -> Result<Outcome> {
         self.validate()?;
@@ -169,7 +181,8 @@ impl RunSpec {
             .with_simulator_conventions(workload.format == TraceFormat::Simrd)
             .with_memory(self.memory)
             .with_sampling(self.sampling)
-            .with_seed(self.seed);
+            .with_seed(self.seed)
+            .with_events(record_events);
         let (budget_bytes, interpreter, report) = match &self.policy {
             Policy::StaticSqrt => {
                 let plan = CheckpointPlan::new(&workload.trace)?;
