@@ -574,42 +574,83 @@ pub fn comparison_chart(rows: &[Row], path: &Path) -> Result<()> {
     })
 }
 
-/// A name per trace path, distinct for distinct paths: the file name
-/// without its extension, with as many parent directories as it takes to
-/// tell the traces apart (`a/x.jsonl` and `b/x.jsonl`: `a-x`, `b-x`).
+/// A short name per trace path, distinct for distinct paths: the file
+/// name without its extension, cut before a `-` or `.` where that keeps it
+/// apart from the others (`resnet32-56-….log` is `resnet32`, but
+/// `resnet-small` and `resnet-large` keep their suffixes), with parent
+/// directories added where file names alone clash (`a/x.jsonl` and
+/// `b/x.jsonl`: `a-x`, `b-x`).
 pub fn trace_labels(traces: &[String]) -> Vec<String> {
-    let parts: Vec<Vec<String>> = traces
+    /// A name's pieces: its stem cut before each `-` or `.`, then its
+    /// directories, innermost first.
+    struct Name {
+        pieces: Vec<String>,
+        dirs: Vec<String>,
+    }
+    let names: Vec<Name> = traces
         .iter()
         .map(|t| {
             let path = Path::new(t);
             let stem = path
                 .file_stem()
                 .map_or(t.clone(), |s| s.to_string_lossy().into_owned());
-            let mut parts = vec![stem];
-            parts.extend(
-                path.parent()
-                    .into_iter()
-                    .flat_map(|p| p.components().rev())
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .filter(|c| !c.is_empty() && c != "/" && c != "." && c != ".."),
-            );
-            parts
+            let mut pieces = Vec::new();
+            let mut piece = String::new();
+            for c in stem.chars() {
+                if (c == '-' || c == '.') && !piece.is_empty() {
+                    pieces.push(std::mem::take(&mut piece));
+                }
+                piece.push(c);
+            }
+            pieces.push(piece);
+            let dirs = path
+                .parent()
+                .into_iter()
+                .flat_map(|p| p.components().rev())
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .filter(|c| !c.is_empty() && c != "/" && c != "." && c != "..")
+                .collect();
+            Name { pieces, dirs }
         })
         .collect();
-    let label = |i: usize, depth: usize| {
-        let taken: Vec<&str> = parts[i].iter().take(depth).map(String::as_str).collect();
-        taken.into_iter().rev().collect::<Vec<_>>().join("-")
+    // A name at `depth`: that many stem pieces, then directories.
+    let label = |name: &Name, depth: usize| {
+        let k = depth.min(name.pieces.len());
+        let d = depth.saturating_sub(name.pieces.len()).min(name.dirs.len());
+        let stem = name.pieces[..k].concat();
+        let dirs: Vec<&str> = name.dirs[..d].iter().rev().map(String::as_str).collect();
+        if dirs.is_empty() {
+            stem
+        } else {
+            format!("{}-{stem}", dirs.join("-"))
+        }
     };
-    let mut labels: Vec<String> = (0..traces.len()).map(|i| label(i, 1)).collect();
-    for depth in 2..=parts.iter().map(Vec::len).max().unwrap_or(1) {
-        let clashes: Vec<usize> = (0..labels.len())
+    let mut depth = vec![1; names.len()];
+    let mut labels: Vec<String> = names.iter().map(|n| label(n, 1)).collect();
+    loop {
+        let clashing: Vec<usize> = (0..labels.len())
             .filter(|&i| (0..labels.len()).any(|j| j != i && labels[j] == labels[i]))
             .collect();
-        if clashes.is_empty() {
+        // Longer stems first; directories only where no stem of the clash can grow.
+        let in_stem: Vec<usize> = clashing
+            .iter()
+            .copied()
+            .filter(|&i| depth[i] < names[i].pieces.len())
+            .collect();
+        let grow: Vec<usize> = if in_stem.is_empty() {
+            clashing
+                .into_iter()
+                .filter(|&i| depth[i] < names[i].pieces.len() + names[i].dirs.len())
+                .collect()
+        } else {
+            in_stem
+        };
+        if grow.is_empty() {
             break;
         }
-        for i in clashes {
-            labels[i] = label(i, depth);
+        for i in grow {
+            depth[i] += 1;
+            labels[i] = label(&names[i], depth[i]);
         }
     }
     // Paths that differ only in ways a name cannot show: numbered.
@@ -930,4 +971,38 @@ pub fn chains_chart(rows: &[ChainRow], path: &Path) -> Result<()> {
         }
         draw_legend(&side, "policy", &entries, path)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trace_labels;
+
+    fn labels(traces: &[&str]) -> Vec<String> {
+        trace_labels(&traces.iter().map(|t| t.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn trace_labels_are_short_and_distinct() {
+        assert_eq!(
+            labels(&[
+                "traces/torchvision/mobilenet_v2-b16.jsonl",
+                "traces/torchvision/resnet50-b16.jsonl",
+                "traces/torchvision/vit_b_16-b8.jsonl",
+            ]),
+            ["mobilenet_v2", "resnet50", "vit_b_16"]
+        );
+        assert_eq!(
+            labels(&[
+                "t/resnet-small.jsonl",
+                "t/resnet-large.jsonl",
+                "t/resnet.jsonl"
+            ]),
+            ["resnet-small", "resnet-large", "resnet"]
+        );
+        assert_eq!(
+            labels(&["a/x.jsonl", "b/x.jsonl", "resnet32-56-9.0-default.log"]),
+            ["a-x", "b-x", "resnet32"]
+        );
+        assert_eq!(labels(&["x.jsonl", "x.log"]), ["x", "x-2"]);
+    }
 }
