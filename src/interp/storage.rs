@@ -243,7 +243,7 @@ impl<B: Backend> StorageTable<B> {
             .filter(|(_, slot)| slot.locks > 0)
             .filter_map(|(id, _)| Some((id, self.blocks.get(id)?.size)))
             .collect();
-        locked.sort_by(|a, b| b.1.cmp(&a.1));
+        locked.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
         locked.truncate(n);
         locked
     }
