@@ -183,7 +183,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         }
         println!("  peak            {}", human(report.peak_bytes));
         let overhead_name = if report_stopped(&outcome) {
-            "overhead at stop"
+            "overhead so far"
         } else {
             "overhead"
         };

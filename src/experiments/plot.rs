@@ -78,7 +78,7 @@ fn look(i: usize) -> Look {
     Look {
         color: PALETTE[i % PALETTE.len()],
         shape: SERIES_SHAPES[i % SERIES_SHAPES.len()],
-        filled: (i / SERIES_SHAPES.len()) % 2 == 0,
+        filled: (i / SERIES_SHAPES.len()).is_multiple_of(2),
     }
 }
 
