@@ -21,8 +21,12 @@ pub enum Error {
     /// consistent; raising the budget and retrying the call may succeed.
     #[error(
         "out of memory: {context} needs {requested_bytes} B but the budget is {budget_bytes} B \
-         with {in_use_bytes} B in use, of which {locked_bytes} B is locked by the running op \
-         and {pinned_bytes} B is pinned or not recomputable; nothing is left to evict"
+         with {in_use_bytes} B in use ({} B free), of which {locked_bytes} B is locked by the \
+         running op and {pinned_bytes} B is pinned or not recomputable; nothing is left to \
+         evict{}{}",
+        budget_bytes.saturating_sub(*in_use_bytes),
+        chain_note(chain),
+        locked_note(largest_locked)
     )]
     OutOfMemory {
         context: String,
@@ -31,6 +35,13 @@ pub enum Error {
         in_use_bytes: u64,
         locked_bytes: u64,
         pinned_bytes: u64,
+        /// When the op was run to (re)compute an input of others: those ops,
+        /// innermost first, the last the one the program asked for (empty
+        /// when the op is the program's own).
+        chain: Vec<String>,
+        /// The largest storages locked at the time, largest first: what
+        /// each holds and its bytes.
+        largest_locked: Vec<(String, u64)>,
     },
 
     /// Rematerialisation cost more than the configured limit; the run was
@@ -63,6 +74,27 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `; ops waiting on it, innermost first: `b`, `c``, or nothing.
+fn chain_note(chain: &[String]) -> String {
+    if chain.is_empty() {
+        return String::new();
+    }
+    let ops: Vec<String> = chain.iter().map(|op| format!("`{op}`")).collect();
+    format!("; ops waiting on it, innermost first: {}", ops.join(", "))
+}
+
+/// `; the largest locked storages: 64 B (output of `exp`), …`, or nothing.
+fn locked_note(locked: &[(String, u64)]) -> String {
+    if locked.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = locked
+        .iter()
+        .map(|(what, bytes)| format!("{bytes} B ({what})"))
+        .collect();
+    format!("; the largest locked storages: {}", list.join(", "))
+}
 
 impl Error {
     pub(crate) fn shape(op: String, message: impl Into<String>) -> Error {
@@ -97,5 +129,27 @@ mod tests {
         let error = Error::file(std::path::Path::new("/no/such/dir"), "permission denied");
         assert!(matches!(error, Error::Io { .. }), "{error:?}");
         assert_eq!(error.to_string(), "/no/such/dir: permission denied");
+    }
+
+    #[test]
+    fn out_of_memory_names_the_waiting_ops_the_free_bytes_and_the_locked_storages() {
+        let error = Error::OutOfMemory {
+            context: "op `exp`, rerun to rematerialise an evicted tensor,".into(),
+            requested_bytes: 16,
+            budget_bytes: 64,
+            in_use_bytes: 56,
+            locked_bytes: 32,
+            pinned_bytes: 24,
+            chain: vec!["add".into(), "matmul".into()],
+            largest_locked: vec![("output of `exp`".into(), 32)],
+        };
+        let text = error.to_string();
+        for part in [
+            "needs 16 B but the budget is 64 B with 56 B in use (8 B free)",
+            "ops waiting on it, innermost first: `add`, `matmul`",
+            "the largest locked storages: 32 B (output of `exp`)",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
     }
 }

@@ -218,9 +218,24 @@ fn replay_timelines_are_checked_before_running_and_never_lose_the_result() {
     };
     let (ok, stdout, stderr) = replay(trace.to_str().unwrap());
     assert!(
-        !ok && stderr.contains("input trace") && stdout.is_empty(),
+        !ok && stderr.contains("names the input") && stdout.is_empty(),
         "{stderr}"
     );
+    // Another name for the same file is the same file.
+    let link = dir.join("link.svg");
+    std::fs::hard_link(&trace, &link).unwrap();
+    let (ok, stdout, stderr) = replay(link.to_str().unwrap());
+    assert!(
+        !ok && stderr.contains("names the input") && stdout.is_empty(),
+        "{stderr}"
+    );
+    let dotted = format!(
+        "{}/../{}/t.jsonl",
+        dir.display(),
+        dir.file_name().unwrap().to_str().unwrap()
+    );
+    let (ok, _, stderr) = replay(&dotted);
+    assert!(!ok && stderr.contains("names the input"), "{stderr}");
     let (ok, stdout, stderr) = replay(dir.join("t.png").to_str().unwrap());
     assert!(
         !ok && stderr.contains(".svg") && stdout.is_empty(),
@@ -396,4 +411,371 @@ fn fit_finds_the_smallest_ratio_that_completes() {
     );
     let (ok, _, stderr) = dtr(&["fit", "traces/resnet-small.jsonl", "--precision", "2"]);
     assert!(!ok && stderr.contains("precision"), "{stderr}");
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("dtr-cli-{name}-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `--timeline-out` writes the Chrome trace event format: op slices,
+/// rematerialisation slices, memory counters and eviction instants with
+/// the victim's size; it is checked before the replay like `--timeline`.
+#[test]
+fn replay_writes_a_chrome_trace_for_perfetto() {
+    let dir = temp_dir("chrome");
+    let out = dir.join("run.json");
+    let (ok, stdout, stderr) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.6",
+        "--timeline-out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("peak"), "{stdout}");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let of = |ph: &str, cat: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph && (cat.is_empty() || e["cat"] == cat))
+            .collect::<Vec<_>>()
+    };
+    let ops = of("X", "op");
+    assert!(ops
+        .iter()
+        .any(|e| e["name"] == "matmul" || e["args"]["cost"].as_u64() > Some(0)));
+    assert!(ops.iter().all(
+        |e| e["dur"].as_f64().unwrap() >= 0.0 && e["args"]["trace_line"].as_u64().unwrap() > 1
+    ));
+    let remats = of("X", "remat");
+    assert!(!remats.is_empty(), "a 0.6 budget rematerialises");
+    assert!(remats.iter().all(|e| e["dur"].as_f64().unwrap() > 0.0));
+    let evictions = of("i", "evict");
+    assert!(!evictions.is_empty());
+    assert!(evictions
+        .iter()
+        .all(|e| e["args"]["bytes"].as_u64().is_some()));
+    let counters = of("C", "");
+    assert!(counters
+        .iter()
+        .any(|e| e["args"]["in_use_bytes"].as_u64().is_some()));
+    // Time never runs backwards along the slices.
+    let starts: Vec<f64> = ops.iter().map(|e| e["ts"].as_f64().unwrap()).collect();
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]));
+
+    for (path, expected) in [
+        ("traces/mlp-small.jsonl", "names the input"),
+        ("/tmp/x.txt", ".json"),
+    ] {
+        let (ok, stdout, stderr) = dtr(&[
+            "replay",
+            "traces/mlp-small.jsonl",
+            "--ratio",
+            "0.6",
+            "--timeline-out",
+            path,
+        ]);
+        assert!(
+            !ok && stderr.contains(expected) && stdout.is_empty(),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Argument errors say what is wrong with the value given.
+#[test]
+fn argument_errors_name_the_real_problem() {
+    for (args, expected) in [
+        (
+            vec!["replay", "traces/mlp-small.jsonl", "--ratio", "-0.5"],
+            "must be positive",
+        ),
+        (
+            vec!["replay", "traces/mlp-small.jsonl", "--budget", "1e30"],
+            "out of range",
+        ),
+        (
+            vec!["replay", "traces/mlp-small.jsonl", "--budget", "-5"],
+            "negative",
+        ),
+        (
+            vec![
+                "sweep",
+                "traces/mlp-small.jsonl",
+                "--ratios",
+                "-0.5",
+                "--out",
+                "/tmp/never-made",
+            ],
+            "must be positive",
+        ),
+        (
+            vec![
+                "sweep",
+                "traces/mlp-small.jsonl",
+                "--seeds",
+                "0",
+                "--out",
+                "/tmp/never-made",
+            ],
+            "--seeds",
+        ),
+    ] {
+        let (ok, _, stderr) = dtr(&args);
+        assert!(!ok && stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("use '--"),
+            "{args:?}: clap's hint: {stderr}"
+        );
+        assert!(!stderr.contains("unknown unit"), "{args:?}: {stderr}");
+    }
+    let (ok, stdout, _) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--budget",
+        "2e5",
+        "--json",
+    ]);
+    assert!(ok && stdout.contains("\"budget_bytes\":200000"), "{stdout}");
+    let dir = temp_dir("gen");
+    let out = dir.join("unet.jsonl");
+    let (ok, _, stderr) = dtr(&[
+        "gen",
+        "unet",
+        "--depth",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && stderr.contains("--depth must be at least 1"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("unet.jsonl"),
+        "it blames no file: {stderr}"
+    );
+    assert!(!out.exists());
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A sweep saves each run as it finishes: an interrupted sweep keeps them,
+/// refuses to start over them silently, and `--resume` runs only the rest.
+#[test]
+fn an_interrupted_sweep_keeps_its_runs_and_resumes() {
+    let dir = temp_dir("resume");
+    let whole = dir.join("whole");
+    let args = |out: &std::path::Path, resume: bool| {
+        let mut args = vec![
+            "sweep".to_string(),
+            "traces/mlp-small.jsonl".into(),
+            "--heuristics".into(),
+            "dtr-eq,lru".into(),
+            "--ratios".into(),
+            "1,0.5,0.2".into(),
+            "--jobs".into(),
+            "1".into(),
+            "--out".into(),
+            out.display().to_string(),
+        ];
+        if resume {
+            args.push("--resume".into());
+        }
+        args
+    };
+    let run = |args: Vec<String>| dtr(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, _, stderr) = run(args(&whole, false));
+    assert!(ok, "{stderr}");
+    assert!(
+        !whole.join("results.partial.jsonl").exists(),
+        "removed once complete"
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(rows.len(), 6);
+
+    // As an interrupted sweep leaves it: two runs saved, a third cut short.
+    let cut = dir.join("cut");
+    std::fs::create_dir_all(&cut).unwrap();
+    let mut partial = String::new();
+    for row in &rows[..2] {
+        partial += &format!("{row}\n");
+    }
+    partial += &rows[2].to_string()[..20];
+    std::fs::write(cut.join("results.partial.jsonl"), &partial).unwrap();
+    let (ok, _, stderr) = run(args(&cut, false));
+    assert!(!ok && stderr.contains("--resume"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(cut.join("results.partial.jsonl")).unwrap(),
+        partial
+    );
+    let (ok, _, stderr) = run(args(&cut, true));
+    assert!(ok && stderr.contains("resuming: 2 runs"), "{stderr}");
+    let resumed: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(cut.join("results.json")).unwrap()).unwrap();
+    assert_eq!(resumed.len(), 6);
+    for (a, b) in rows.iter().zip(&resumed) {
+        for field in [
+            "index",
+            "heuristic",
+            "ratio",
+            "status",
+            "overhead",
+            "overhead_at_stop",
+            "evictions",
+        ] {
+            assert_eq!(a[field], b[field], "{field}");
+        }
+    }
+
+    // A saved run of another grid is refused, not mixed in.
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut foreign = rows[1].clone();
+    foreign["ratio"] = serde_json::json!(0.7);
+    std::fs::write(other.join("results.partial.jsonl"), format!("{foreign}\n")).unwrap();
+    let (ok, _, stderr) = run(args(&other, true));
+    assert!(
+        !ok && stderr.contains("not a cell of this sweep"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A sweep's outputs never overwrite one of its traces.
+#[test]
+fn sweep_refuses_an_out_that_would_overwrite_a_trace() {
+    let dir = temp_dir("sweep-input");
+    let trace = dir.join("results.json");
+    std::fs::copy("traces/mlp-small.jsonl", &trace).unwrap();
+    let original = std::fs::read(&trace).unwrap();
+    let (ok, _, stderr) = dtr(&[
+        "sweep",
+        trace.to_str().unwrap(),
+        "--ratios",
+        "1",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && stderr.contains("would overwrite the input"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&trace).unwrap(), original);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Stopped runs have no overhead, only where they stopped; tables show
+/// sizes for people; every subcommand's help has an example.
+#[test]
+fn stopped_runs_say_where_they_stopped_and_tables_are_readable() {
+    let dir = temp_dir("stopped");
+    let (ok, _, stderr) = dtr(&[
+        "sweep",
+        "traces/mlp-small.jsonl",
+        "--heuristics",
+        "dtr-eq",
+        "--ratios",
+        "1,0.1",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let (done, stopped) = (&rows[0], &rows[1]);
+    assert_eq!(
+        (done["status"].as_str(), stopped["status"].as_str()),
+        (Some("ok"), Some("oom"))
+    );
+    assert!(done["overhead"].as_f64().is_some() && done["overhead_at_stop"].is_null());
+    assert!(stopped["overhead"].is_null() && stopped["overhead_at_stop"].as_f64().is_some());
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let oom: Vec<&str> = csv.lines().nth(2).unwrap().split(',').collect();
+    assert_eq!(oom[column("overhead")], "");
+    assert!(oom[column("overhead_at_stop")].parse::<f64>().is_ok());
+
+    // Results written before `overhead_at_stop` still load, read the new way.
+    let mut old = stopped.clone();
+    old.as_object_mut().unwrap().remove("overhead_at_stop");
+    old["overhead"] = serde_json::json!(1.0);
+    let old_file = dir.join("old.json");
+    std::fs::write(&old_file, serde_json::json!([done, old]).to_string()).unwrap();
+    let rows = dtr::experiments::read_results(&old_file).unwrap();
+    assert_eq!(
+        (rows[1].overhead, rows[1].overhead_at_stop),
+        (None, Some(1.0))
+    );
+
+    let (ok, stdout, _) = dtr(&["info", "traces/mlp-small.jsonl"]);
+    assert!(
+        ok && stdout.contains("KiB") && !stdout.contains(" B ("),
+        "{stdout}"
+    );
+    let (ok, stdout, _) = dtr(&["replay", "traces/mlp-small.jsonl", "--ratio", "0.6"]);
+    assert!(ok && stdout.contains("KiB"), "{stdout}");
+    for command in [
+        "replay",
+        "info",
+        "sweep",
+        "chains",
+        "gen",
+        "plot",
+        "merge",
+        "fit",
+        "heuristics",
+    ] {
+        let (ok, stdout, _) = dtr(&[command, "--help"]);
+        assert!(
+            ok && stdout.contains(&format!("  dtr {command}")),
+            "{command}: {stdout}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A run that stops says what would complete: the smallest budget `dtr fit`
+/// finds, which does complete.
+#[test]
+fn an_out_of_memory_replay_suggests_a_budget_that_completes() {
+    let (ok, stdout, stderr) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.1",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["status"], "oom");
+    let message = report["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("traces/mlp-small.jsonl:") && message.contains("needs"),
+        "{message}"
+    );
+    let suggested = report["suggested_budget_bytes"].as_u64().unwrap();
+    let (ok, stdout, _) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--budget",
+        &suggested.to_string(),
+        "--json",
+    ]);
+    let again: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(ok && again["status"] == "ok", "{stdout}");
+    let (_, stdout, _) = dtr(&["replay", "traces/mlp-small.jsonl", "--ratio", "0.1"]);
+    assert!(
+        stdout.contains(&format!("--budget {suggested}")),
+        "{stdout}"
+    );
 }

@@ -155,7 +155,7 @@ fn plan_then_replay_from_the_command_line() {
         trace.to_str().unwrap(),
     ]);
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("is the input trace"));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("would be overwritten"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -181,7 +181,7 @@ fn module_names_survive_replay_and_recording() {
     sim.finish_observer().unwrap();
     let written = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = written.lines().collect();
-    assert_eq!(lines[0], r#"{"format":"dtr-trace","version":3}"#);
+    assert_eq!(lines[0], r#"{"format":"dtr-trace","version":4}"#);
     assert!(
         lines[2].contains(r#""module":"Net.block.0""#),
         "{}",

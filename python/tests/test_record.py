@@ -17,8 +17,9 @@ DTR = ROOT / "target" / "release" / "dtr"
 
 def read(path):
     events = [json.loads(line) for line in Path(path).read_text().splitlines()]
-    assert events[0] == {"format": "dtr-trace", "version": 3}
-    return events[1:]
+    assert events[0] == {"format": "dtr-trace", "version": 4}
+    assert events[-1] == {"event": "end", "events": len(events) - 2}
+    return events[1:-1]
 
 
 def applies(events):

@@ -37,14 +37,17 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "--lengths must be positive".into(),
         ));
     }
+    // Before the runs: an --out that cannot be a directory fails now.
+    dtr::experiments::prepare_out(&out)?;
     let rows = dtr::experiments::chains::run(
         &lengths,
         &heuristics,
         jobs_or_cores(jobs),
         &progress("chains"),
     )?;
-    dtr::experiments::chains::write_results(&out, &rows)?;
+    // The table first: a failed write loses only the files.
     print!("{}", dtr::experiments::chains::table(&rows));
+    dtr::experiments::chains::write_results(&out, &rows)?;
     eprintln!(
         "wrote {} and {}",
         out.join("chains.csv").display(),

@@ -8,7 +8,7 @@ use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
 use serde_json::json;
 
-use super::{jobs_or_cores, progress, trace_format, FormatArg};
+use super::{human, jobs_or_cores, progress, trace_format, FormatArg};
 
 /// The arguments of `dtr fit`.
 #[derive(clap::Args)]
@@ -145,7 +145,9 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         // One table per memory model: a row per trace, a column per heuristic.
         for m in 0..memory.len() {
             let name = memory_name(&specs[m]);
-            println!("{name} memory: smallest ratio of the unbounded peak that completes\n");
+            println!(
+                "{name} memory: smallest ratio of the unbounded peak that completes (its budget)\n"
+            );
             println!("| trace | {} |", heuristics.join(" | "));
             println!("|---|{}", "---:|".repeat(heuristics.len()));
             for (t, trace) in traces.iter().enumerate() {
@@ -153,7 +155,11 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                     .map(|h| {
                         let s = h * memory.len() + m;
                         let fit = &fits[t * specs.len() + s];
-                        fit.ratio.map_or("—".into(), |r| format!("{r:.3}"))
+                        match (fit.ratio, fit.budget_bytes) {
+                            (Some(r), Some(bytes)) => format!("{r:.3} ({})", human(bytes)),
+                            (Some(r), None) => format!("{r:.3}"),
+                            _ => "—".into(),
+                        }
                     })
                     .collect();
                 println!("| {} | {} |", trace.display(), ratios.join(" | "));

@@ -7,7 +7,7 @@ use dtr::trace::replay::baseline;
 use dtr::trace::TraceFormat;
 use serde_json::json;
 
-use super::{load, FormatArg};
+use super::{human, load, FormatArg};
 
 /// The arguments of `dtr info`.
 #[derive(clap::Args)]
@@ -47,12 +47,12 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         println!("{} ({format} format)", trace.display());
         println!("  ops                 {}", base.ops);
         println!("  tensors             {}", base.tensors);
-        println!("  constant bytes      {}", base.constant_bytes);
-        println!("  baseline peak       {} B", base.peak_bytes);
+        println!("  constants           {}", human(base.constant_bytes));
+        println!("  baseline peak       {}", human(base.peak_bytes));
         println!("  baseline compute    {}", base.compute);
         println!(
-            "  lower bound budget  {} B (live constants + the largest op's inputs and outputs)",
-            base.lower_bound_bytes
+            "  lower bound budget  {} (live constants + the largest op's inputs and outputs)",
+            human(base.lower_bound_bytes)
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -4,14 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use bytesize::ByteSize;
 use dtr::experiments::plan::Plan;
 use dtr::experiments::{Policy, RunSpec, Workload};
 use dtr::memory::MemoryModel;
 use dtr::Budget;
 use serde_json::json;
 
-use super::{parse_bytes, trace_format, FormatArg};
+use super::{check_output, human, parse_bytes, trace_format, FormatArg};
 
 /// The arguments of `dtr plan`.
 #[derive(clap::Args)]
@@ -44,7 +43,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> dtr::Result<ExitCode> {
-    refuse_to_overwrite(&args.out, &args.trace)?;
+    check_output("--out", &args.out, &[&args.trace], &["json"])?;
     let budget = match (args.ratio, args.budget) {
         (Some(ratio), _) => Budget::Ratio(ratio),
         (None, Some(bytes)) => Budget::Bytes(bytes),
@@ -96,7 +95,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         let line = |what: &str, bytes: u64| {
             println!(
                 "  {what:<28} {} ({:.3} of the baseline peak)",
-                ByteSize::b(bytes),
+                human(bytes),
                 bytes as f64 / peak
             )
         };
@@ -155,8 +154,8 @@ pub fn follow(trace: &Path, format: FormatArg, plan: &Path, json: bool) -> dtr::
         );
         println!(
             "  arena           {} planned, {} at most in use",
-            ByteSize::b(plan.arena_bytes),
-            ByteSize::b(report.peak_bytes)
+            human(plan.arena_bytes),
+            human(report.peak_bytes)
         );
         println!("  overhead        {:.4}", outcome.overhead);
         println!(
@@ -165,19 +164,4 @@ pub fn follow(trace: &Path, format: FormatArg, plan: &Path, json: bool) -> dtr::
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// An output path must not be the input.
-fn refuse_to_overwrite(out: &Path, input: &Path) -> dtr::Result<()> {
-    let same = match (out.canonicalize(), input.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    };
-    if same {
-        return Err(dtr::Error::InvalidArgument(format!(
-            "--out {} is the input trace; choose another path",
-            out.display()
-        )));
-    }
-    Ok(())
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dtr::experiments::timeline::Timeline;
+use dtr::experiments::timeline::{ChromeTrace, Timeline};
 use dtr::experiments::{Policy, RunSpec, Workload};
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
@@ -11,7 +11,7 @@ use dtr::Budget;
 use serde_json::json;
 
 use super::restore::RestoreArgs;
-use super::{parse_bytes, trace_format, FormatArg};
+use super::{check_output, human, parse_bytes, trace_format, FormatArg};
 
 /// The arguments of `dtr replay`.
 #[derive(clap::Args)]
@@ -20,10 +20,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     format: FormatArg,
     /// Budget as a fraction of the unbounded run's peak (floored to bytes).
-    #[arg(long, conflicts_with = "budget")]
+    #[arg(long, conflicts_with = "budget", allow_negative_numbers = true)]
     ratio: Option<f64>,
     /// Budget in bytes; accepts KiB, MiB, GiB, KB, MB, GB suffixes.
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_bytes, allow_negative_numbers = true)]
     budget: Option<u64>,
     /// An eviction heuristic (see `dtr heuristics`), or `static-sqrt`
     /// for static √N checkpointing, which takes no budget.
@@ -47,6 +47,17 @@ pub struct Args {
     /// ending in `.svg` gets a chart, one ending in `.csv` the samples.
     #[arg(long)]
     timeline: Option<PathBuf>,
+    /// Write the run in the Chrome trace event format (a `.json` file
+    /// that opens in https://ui.perfetto.dev and chrome://tracing): ops as
+    /// slices on a clock of compute units, rematerialisations as slices of
+    /// their own, memory as counters, evictions as instants with the
+    /// victim's size.
+    #[arg(long)]
+    timeline_out: Option<PathBuf>,
+    /// When the run stops (out of memory, thrashing), do not search for the
+    /// smallest budget that would complete.
+    #[arg(long)]
+    no_suggest: bool,
     #[command(flatten)]
     restore: RestoreArgs,
     /// Follow a plan made by `dtr plan` instead of a heuristic: no policy,
@@ -68,6 +79,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         thrash_limit,
         json,
         timeline,
+        timeline_out,
+        no_suggest,
         restore,
         plan,
     } = args;
@@ -94,21 +107,45 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "give --ratio or --budget".into(),
         ));
     }
-    if let Some(path) = &timeline {
-        if !spec.policy.takes_budget() {
+    for (flag, path) in [("--timeline", &timeline), ("--timeline-out", &timeline_out)] {
+        if path.is_some() && !spec.policy.takes_budget() {
             return Err(dtr::Error::InvalidArgument(format!(
-                "--timeline follows a heuristic's run; `{heuristic}` is a static plan"
+                "{flag} follows a heuristic's run; `{heuristic}` is a static plan"
             )));
         }
+    }
+    if let Some(path) = &timeline {
         timeline_is_csv(path, &trace)?;
+    }
+    if let Some(path) = &timeline_out {
+        check_output("--timeline-out", path, &[&trace], &["json"])?;
+        if timeline.as_ref().is_some_and(|t| super::same_file(t, path)) {
+            return Err(dtr::Error::file(
+                path,
+                "--timeline and --timeline-out name the same file",
+            ));
+        }
     }
     let workload = Workload::load(&trace, trace_format(format))?;
     let mut samples = timeline.as_ref().map(|_| Timeline::new());
-    let outcome = spec.run_observed(&workload, |index, dtr| {
+    let mut chrome = timeline_out.as_ref().map(|_| ChromeTrace::new());
+    let outcome = spec.run_recording(&workload, chrome.is_some(), |index, dtr| {
         if let Some(samples) = samples.as_mut() {
             samples.observe(index, dtr);
         }
+        if let Some(chrome) = chrome.as_mut() {
+            let events = &workload.trace;
+            chrome.observe(index, &events.events[index], events.lines[index], dtr);
+        }
     })?;
+    // For a run that stopped: the smallest budget that completes, by the
+    // bisection of `dtr fit`.
+    let suggestion = match report_stopped(&outcome) {
+        true if spec.policy.takes_budget() && !no_suggest => Some(
+            dtr::experiments::fit::smallest_ratio(&workload, &spec, 0.01)?,
+        ),
+        _ => None,
+    };
     let (base, report, arena) = (&workload.baseline, &outcome.report, outcome.arena);
     let (budget, overhead) = (outcome.budget_bytes, outcome.overhead);
     if json {
@@ -123,7 +160,9 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "baseline_peak_bytes": base.peak_bytes,
             "baseline_compute": base.compute,
             "compute": report.stats.compute,
-            "overhead": overhead,
+            // Only a completed run has an overhead; a stopped one says where it stopped.
+            "overhead": (report.status == dtr::trace::replay::ReplayStatus::Ok).then_some(overhead),
+            "overhead_at_stop": (report.status != dtr::trace::replay::ReplayStatus::Ok).then_some(overhead),
             "remat_compute": report.stats.remat_compute,
             "peak_bytes": report.peak_bytes,
             "evictions": report.stats.evictions,
@@ -136,6 +175,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "host_peak_bytes": outcome.host_peak_bytes,
             "wall_seconds": report.wall_seconds,
             "message": report.message,
+            "suggested_ratio": suggestion.as_ref().and_then(|f| f.ratio),
+            "suggested_budget_bytes": suggestion.as_ref().and_then(|f| f.budget_bytes),
             "fragmentation": arena.map(|a| a.fragmentation),
             "largest_free_bytes": arena.map(|a| a.largest_free_bytes),
             "free_blocks": arena.map(|a| a.free_blocks),
@@ -149,18 +190,25 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         );
         match budget {
             Some(budget) => println!(
-                "  budget          {budget} B ({:.3} of the {} B baseline peak)",
+                "  budget          {} ({:.3} of the {} baseline peak)",
+                human(budget),
                 budget as f64 / base.peak_bytes.max(1) as f64,
-                base.peak_bytes
+                human(base.peak_bytes)
             ),
             None => println!(
-                "  budget          none (a static plan; {:.3} of the {} B baseline peak)",
-                outcome.ratio, base.peak_bytes
+                "  budget          none (a static plan; {:.3} of the {} baseline peak)",
+                outcome.ratio,
+                human(base.peak_bytes)
             ),
         }
-        println!("  peak            {} B", report.peak_bytes);
+        println!("  peak            {}", human(report.peak_bytes));
+        let overhead_name = if report_stopped(&outcome) {
+            "overhead so far"
+        } else {
+            "overhead"
+        };
         println!(
-            "  overhead        {overhead:.4} ({} of {} compute units recomputed)",
+            "  {overhead_name:<15} {overhead:.4} ({} of {} compute units recomputed)",
             report.stats.remat_compute, base.compute
         );
         println!("  evictions       {}", report.stats.evictions);
@@ -175,17 +223,54 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         println!("  wall time       {:.3} s", report.wall_seconds);
         if let Some(arena) = arena {
             println!(
-                "  arena at end    {:.3} fragmentation, largest free block {} B of {} free blocks",
-                arena.fragmentation, arena.largest_free_bytes, arena.free_blocks
+                "  arena at end    {:.3} fragmentation, largest free block {} of {} free blocks",
+                arena.fragmentation,
+                human(arena.largest_free_bytes),
+                arena.free_blocks
             );
         }
         if let Some(message) = &report.message {
             println!("  stopped         {message}");
         }
+        if let Some(fit) = &suggestion {
+            match (fit.ratio, fit.budget_bytes) {
+                (Some(ratio), Some(bytes)) => println!(
+                    "  to complete     give --budget {bytes} ({}) or --ratio {ratio:.3}: \
+                     the smallest budget found to complete ({} replays, as `dtr fit` searches)",
+                    human(bytes),
+                    fit.probes
+                ),
+                _ => println!(
+                    "  to complete     no budget up to the unbounded peak completes within \
+                     --thrash-limit {thrash_limit}; raise the limit"
+                ),
+            }
+        }
     }
-    // After the result is printed: a failed write loses only itself.
+    // After the result is printed: a failed write loses only itself, and
+    // one failed output does not keep the other from being written.
+    let mut failed = None;
     if let (Some(path), Some(samples), Some(budget)) = (&timeline, &samples, budget) {
-        write_timeline(path, samples, &trace, &heuristic, budget, base.peak_bytes)?;
+        if let Err(error) = write_timeline(path, samples, &workload, &trace, &heuristic, budget) {
+            failed = Some(error);
+        }
+    }
+    if let (Some(path), Some(chrome)) = (&timeline_out, &chrome) {
+        let about = json!({
+            "trace": trace.display().to_string(),
+            "heuristic": heuristic,
+            "memory": spec.memory,
+            "budget_bytes": budget,
+            "status": report.status.as_str(),
+            "clock": "1 µs = 1 cost unit of the trace",
+        });
+        let written = dtr::experiments::write_atomic(path, chrome.to_json(about).as_bytes());
+        if let Err(error) = written {
+            failed.get_or_insert(error);
+        }
+    }
+    if let Some(error) = failed {
+        return Err(error);
     }
     // The process ends once the result is out: its memory goes back to the
     // system whole, faster than the trace's tables are freed one by one.
@@ -193,47 +278,39 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Whether the run stopped before the trace's end.
+fn report_stopped(outcome: &dtr::experiments::Outcome) -> bool {
+    outcome.report.status != dtr::trace::replay::ReplayStatus::Ok
+}
+
 /// Whether a timeline at `path` is CSV (else SVG); checked before the
 /// replay: another extension, or the input trace itself, is refused.
 fn timeline_is_csv(path: &std::path::Path, trace: &std::path::Path) -> dtr::Result<bool> {
-    let same = |a: &std::path::Path, b: &std::path::Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b);
-    if same(path, trace) {
-        return Err(dtr::Error::file(
-            path,
-            "--timeline names the input trace; it would be overwritten",
-        ));
-    }
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match extension.as_deref() {
-        Some("csv") => Ok(true),
-        Some("svg") => Ok(false),
-        _ => Err(dtr::Error::file(
-            path,
-            "--timeline must end in .svg (a chart) or .csv (the samples)",
-        )),
-    }
+    Ok(check_output("--timeline", path, &[trace], &["svg", "csv"])? == "csv")
 }
 
-/// Writes a replay's timeline: CSV samples or an SVG chart.
+/// Writes a replay's timeline: CSV samples or an SVG chart (with the
+/// trace's phases and its peak's op).
 fn write_timeline(
     path: &std::path::Path,
     timeline: &Timeline,
+    workload: &Workload,
     trace: &std::path::Path,
     heuristic: &str,
     budget: u64,
-    baseline_peak: u64,
 ) -> dtr::Result<()> {
     if timeline_is_csv(path, trace)? {
-        std::fs::write(path, timeline.to_csv()).map_err(|e| dtr::Error::file(path, e))
+        dtr::experiments::write_atomic(path, timeline.to_csv().as_bytes())
     } else {
         let title = format!(
             "{}: `{heuristic}` at {:.2} of the unbounded peak",
             dtr::experiments::plot::short_name(&trace.display().to_string()),
-            budget as f64 / baseline_peak.max(1) as f64
+            budget as f64 / workload.baseline.peak_bytes.max(1) as f64
         );
-        dtr::experiments::plot::timeline_chart(timeline, &title, path)
+        let notes = dtr::experiments::plot::TimelineNotes {
+            phases: dtr::experiments::timeline::phases(&workload.trace),
+            peak: dtr::experiments::timeline::peak_note(&workload.trace, timeline),
+        };
+        dtr::experiments::plot::timeline_chart_noted(timeline, &title, &notes, path)
     }
 }

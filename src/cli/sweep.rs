@@ -6,7 +6,10 @@ use std::process::ExitCode;
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
 
-use super::{jobs_or_cores, progress};
+use super::{check_output_dir, jobs_or_cores, progress};
+
+/// What a sweep or a merge writes into its `--out` directory (besides plots).
+const RESULT_FILES: [&str; 3] = ["results.csv", "results.json", dtr::experiments::PARTIAL];
 
 /// The arguments of `dtr sweep`.
 #[derive(clap::Args)]
@@ -17,6 +20,7 @@ pub struct SweepArgs {
     #[arg(
         long,
         value_delimiter = ',',
+        allow_negative_numbers = true,
         default_value = "1,0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.2,0.1"
     )]
     ratios: Vec<f64>,
@@ -33,8 +37,8 @@ pub struct SweepArgs {
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     sampling: Vec<Sampling>,
-    /// Run seeds 0..N.
-    #[arg(long, default_value_t = 1)]
+    /// Run seeds 0..N (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
     #[arg(long, default_value_t = 2.0)]
     thrash_limit: f64,
@@ -44,6 +48,12 @@ pub struct SweepArgs {
     /// Run only shard K of N (1-based), e.g. 3/8; join shards with `dtr merge`.
     #[arg(long)]
     shard: Option<String>,
+    /// Continue an interrupted sweep in `--out`: the runs it saved (in
+    /// results.partial.jsonl) are kept, only the others run.
+    #[arg(long)]
+    resume: bool,
+    /// The directory for results.csv, results.json and the plots. Runs are
+    /// saved there as they finish, so an interrupted sweep keeps them.
     #[arg(long)]
     out: PathBuf,
 }
@@ -59,6 +69,7 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         thrash_limit,
         jobs,
         shard,
+        resume,
         out,
     } = args;
     let heuristics = if heuristics.iter().any(|h| h == "all") {
@@ -87,16 +98,38 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         .transpose()?;
     let jobs = jobs_or_cores(jobs);
     spec.validate()?;
+    let inputs: Vec<&std::path::Path> = spec.traces.iter().map(PathBuf::as_path).collect();
+    check_output_dir("--out", &out, &inputs, &RESULT_FILES)?;
     dtr::experiments::prepare_out(&out)?;
-    let rows = spec.run(shard, jobs, &progress("sweep"))?;
+    let saved = dtr::experiments::read_partial(&out)?;
+    if !saved.is_empty() && !resume {
+        return Err(dtr::Error::file(
+            &out.join(dtr::experiments::PARTIAL),
+            format!(
+                "an interrupted sweep saved {} runs here; continue it with --resume, \
+                 or remove the file to start over",
+                saved.len()
+            ),
+        ));
+    }
+    if !saved.is_empty() {
+        eprintln!("resuming: {} runs already done", saved.len());
+    }
+    let partial = dtr::experiments::PartialWriter::create(&out, &saved)?;
+    let rows = spec.run_resuming(shard, jobs, &progress("sweep"), saved, &|row| {
+        partial.append(row)
+    })?;
     dtr::experiments::write_results(&out, &rows)?;
-    dtr::experiments::plot::plot_all(&rows, &out)?;
+    partial.remove()?;
+    // The results are safe: print them before drawing, so a failed plot
+    // loses only itself.
     print!("{}", dtr::experiments::summary(&rows));
     eprintln!(
         "wrote {} and {}",
         out.join("results.csv").display(),
         out.join("results.json").display()
     );
+    dtr::experiments::plot::plot_all(&rows, &out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -111,6 +144,14 @@ pub struct PlotArgs {
 pub fn plot(args: PlotArgs) -> dtr::Result<ExitCode> {
     let PlotArgs { results, out } = args;
     let rows = dtr::experiments::read_results(&results)?;
+    let results_file = if results.is_dir() {
+        results.join("results.json")
+    } else {
+        results.clone()
+    };
+    let names = dtr::experiments::plot::file_names(&rows);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    check_output_dir("--out", &out, &[&results_file], &names)?;
     for path in dtr::experiments::plot::plot_all(&rows, &out)? {
         println!("{}", path.display());
     }
@@ -129,8 +170,20 @@ pub struct MergeArgs {
 pub fn merge(args: MergeArgs) -> dtr::Result<ExitCode> {
     let MergeArgs { shards, out } = args;
     let rows = dtr::experiments::merge(&shards)?;
+    let inputs: Vec<PathBuf> = shards
+        .iter()
+        .map(|s| {
+            if s.is_dir() {
+                s.join("results.json")
+            } else {
+                s.clone()
+            }
+        })
+        .collect();
+    let inputs: Vec<&std::path::Path> = inputs.iter().map(PathBuf::as_path).collect();
+    check_output_dir("--out", &out, &inputs, &RESULT_FILES)?;
     dtr::experiments::write_results(&out, &rows)?;
-    dtr::experiments::plot::plot_all(&rows, &out)?;
     print!("{}", dtr::experiments::summary(&rows));
+    dtr::experiments::plot::plot_all(&rows, &out)?;
     Ok(ExitCode::SUCCESS)
 }

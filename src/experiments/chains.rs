@@ -166,9 +166,8 @@ pub fn table(rows: &[ChainRow]) -> String {
 /// Writes `chains.csv` and, with the `plot` feature, `chains.svg` into
 /// `dir` (created if needed).
 pub fn write_results(dir: &Path, rows: &[ChainRow]) -> Result<()> {
-    let io = |e| Error::file(dir, e);
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join("chains.csv"), to_csv(rows)).map_err(io)?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, e))?;
+    super::write_atomic(&dir.join("chains.csv"), to_csv(rows).as_bytes())?;
     #[cfg(feature = "plot")]
     super::plot::chains_chart(rows, &dir.join("chains.svg"))?;
     Ok(())

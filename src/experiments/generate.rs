@@ -69,6 +69,18 @@ impl Builder {
 
 /// Builds the workload's trace (named `source` in messages).
 pub fn generate(workload: Workload, source: &str) -> Result<Trace> {
+    let empty = match workload {
+        Workload::Chain { length } | Workload::Resnet { length, .. } => {
+            (length == 0).then_some("--length")
+        }
+        Workload::Unet { depth } => (depth == 0).then_some("--depth"),
+        Workload::Random { nodes, .. } => (nodes == 0).then_some("--nodes"),
+    };
+    if let Some(flag) = empty {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "{flag} must be at least 1"
+        )));
+    }
     let mut b = Builder {
         trace: TraceBuilder::new(source),
         line: 0,

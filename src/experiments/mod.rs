@@ -92,7 +92,14 @@ pub struct Row {
     pub ratio: f64,
     pub budget_bytes: u64,
     pub status: ReplayStatus,
-    pub overhead: f64,
+    /// Total compute over the unbounded run's, for a run that completed;
+    /// `None` (JSON `null`, CSV empty) for one that stopped.
+    #[serde(default)]
+    pub overhead: Option<f64>,
+    /// For a run that stopped (out of memory, thrashing), the same ratio at
+    /// the point where it stopped: how far it got, not what the run costs.
+    #[serde(default)]
+    pub overhead_at_stop: Option<f64>,
     pub remat_compute: u64,
     pub peak_bytes: u64,
     pub evictions: u64,
@@ -148,23 +155,84 @@ impl SweepSpec {
         jobs: usize,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Vec<Row>> {
+        self.run_resuming(shard, jobs, progress, Vec::new(), &|_| Ok(()))
+    }
+
+    /// [`SweepSpec::run`], given the rows of an earlier, interrupted run of
+    /// the same grid (their cells are not run again), calling `finished`
+    /// with each new row as its run ends (to save it at once). A row that
+    /// is not of this grid is an error.
+    pub fn run_resuming(
+        &self,
+        shard: Option<Shard>,
+        jobs: usize,
+        progress: &(dyn Fn(usize, usize) + Sync),
+        done: Vec<Row>,
+        finished: &(dyn Fn(&Row) -> Result<()> + Sync),
+    ) -> Result<Vec<Row>> {
         self.validate()?;
-        let loaded: Vec<Workload> = self
-            .traces
-            .iter()
-            .map(|path| Workload::load(path, None))
-            .collect::<Result<_>>()?;
         let cells: Vec<Cell> = self
             .cells()
             .into_iter()
             .filter(|c| shard.is_none_or(|s| s.owns(c.index)))
             .collect();
-        parallel_map(&cells, jobs, progress, |cell| {
-            let outcome = self.spec(cell).run(&loaded[cell.trace])?;
-            Ok(self.row(cell, outcome))
-        })
-        .into_iter()
-        .collect()
+        let mut rows: Vec<Option<Row>> = vec![None; cells.len()];
+        for row in done {
+            let slot = cells
+                .binary_search_by_key(&row.index, |c| c.index)
+                .ok()
+                .filter(|&slot| self.is_row_of(&cells[slot], &row))
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "the saved run {} ({} / {} at {}) is not a cell of this sweep",
+                        row.index, row.trace, row.heuristic, row.ratio
+                    ))
+                })?;
+            rows[slot] = Some(row);
+        }
+        let todo: Vec<&Cell> = cells
+            .iter()
+            .zip(&rows)
+            .filter(|(_, row)| row.is_none())
+            .map(|(cell, _)| cell)
+            .collect();
+        let needed = |t: usize| todo.iter().any(|c| c.trace == t);
+        let loaded: Vec<Option<Workload>> = (0..self.traces.len())
+            .map(|t| {
+                needed(t)
+                    .then(|| Workload::load(&self.traces[t], None))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        let new = parallel_map(&todo, jobs, progress, |cell| {
+            let workload = loaded[cell.trace].as_ref().expect("loaded for its cells");
+            let row = self.row(cell, self.spec(cell).run(workload)?);
+            finished(&row)?;
+            Ok(row)
+        });
+        let mut new = new.into_iter();
+        rows.into_iter()
+            .map(|row| match row {
+                Some(row) => Ok(row),
+                None => new.next().expect("a new row for each cell to do"),
+            })
+            .collect()
+    }
+
+    /// Whether `row` is what `cell` of this grid ran (as saved by an
+    /// interrupted run).
+    fn is_row_of(&self, cell: &Cell, row: &Row) -> bool {
+        let spec = self.spec(cell);
+        row.index == cell.index
+            && row.trace == self.traces[cell.trace].display().to_string()
+            && row.heuristic == self.heuristics[cell.heuristic]
+            && row.memory == spec.memory
+            && row.sampling == spec.sampling
+            && row.seed == spec.seed
+            && match spec.budget {
+                Budget::Ratio(ratio) => row.ratio == ratio,
+                _ => true,
+            }
     }
 
     /// Checks every cell's options, so a bad one fails before the first run.
@@ -212,7 +280,8 @@ impl SweepSpec {
             // A static plan's budget is the peak it reached.
             budget_bytes: budget_bytes.unwrap_or(report.peak_bytes),
             status: report.status,
-            overhead,
+            overhead: (report.status == ReplayStatus::Ok).then_some(overhead),
+            overhead_at_stop: (report.status != ReplayStatus::Ok).then_some(overhead),
             remat_compute: report.stats.remat_compute,
             peak_bytes: report.peak_bytes,
             evictions: report.stats.evictions,
@@ -257,7 +326,7 @@ pub fn parallel_map<T: Sync, R: Send>(
 /// The CSV header, in [`Row`]'s field order.
 pub const CSV_HEADER: &str =
     "index,trace,heuristic,memory,sampling,seed,ratio,budget_bytes,status,overhead,\
-remat_compute,peak_bytes,evictions,rematerializations,fragmentation,wall_seconds";
+overhead_at_stop,remat_compute,peak_bytes,evictions,rematerializations,fragmentation,wall_seconds";
 
 /// The rows as CSV (header first). Numbers print in full precision, so
 /// the same runs give the same bytes (wall time aside).
@@ -276,7 +345,8 @@ pub fn to_csv(rows: &[Row]) -> String {
             r.ratio.to_string(),
             r.budget_bytes.to_string(),
             r.status.to_string(),
-            r.overhead.to_string(),
+            r.overhead.map_or(String::new(), |o| o.to_string()),
+            r.overhead_at_stop.map_or(String::new(), |o| o.to_string()),
             r.remat_compute.to_string(),
             r.peak_bytes.to_string(),
             r.evictions.to_string(),
@@ -296,15 +366,123 @@ pub fn write_results(dir: &Path, rows: &[Row]) -> Result<()> {
         serde_json::to_string_pretty(rows).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     // Both files or neither: each is written aside and renamed into place.
     let files = [("results.json", json + "\n"), ("results.csv", to_csv(rows))];
+    let mut written = Vec::new();
     for (name, text) in &files {
-        let aside = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&aside, text).map_err(|e| Error::file(&aside, e))?;
+        let path = dir.join(name);
+        written.push((write_aside(&path, text.as_bytes())?, path));
     }
-    for (name, _) in &files {
-        let (aside, path) = (dir.join(format!(".{name}.tmp")), dir.join(name));
-        std::fs::rename(&aside, &path).map_err(|e| Error::file(&path, e))?;
+    for (aside, path) in written {
+        aside.persist(&path).map_err(|e| Error::file(&path, e))?;
     }
     Ok(())
+}
+
+/// Writes `contents` to `path` whole or not at all: into a temporary file
+/// beside it, renamed over `path` once complete, so a failed or
+/// interrupted write leaves no half file.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    write_aside(path, contents)?
+        .persist(path)
+        .map(|_| ())
+        .map_err(|e| Error::file(path, e))
+}
+
+/// `contents` in a temporary file in `path`'s directory, not yet renamed.
+fn write_aside(path: &Path, contents: &[u8]) -> Result<tempfile::NamedTempFile> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut aside = tempfile::Builder::new()
+        .prefix(".dtr-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::file(path, e))?;
+    aside
+        .write_all(contents)
+        .and_then(|()| aside.as_file().sync_all())
+        .map_err(|e| Error::file(path, e))?;
+    Ok(aside)
+}
+
+/// Where a sweep saves each run as it finishes (a JSON row per line), until
+/// it writes `results.json` and `results.csv` and removes it; an
+/// interrupted sweep leaves it, and `dtr sweep --resume` continues from it.
+pub const PARTIAL: &str = "results.partial.jsonl";
+
+/// The rows an interrupted sweep saved in `dir` (none if it saved none).
+/// A last line cut short (the process stopped while writing it) is
+/// dropped; any other unreadable line is an error.
+pub fn read_partial(dir: &Path) -> Result<Vec<Row>> {
+    let path = dir.join(PARTIAL);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::file(&path, e)),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut rows = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Row>(line) {
+            Ok(row) => rows.push(row),
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+            Err(e) => {
+                return Err(Error::file(
+                    &path,
+                    format!("line {}: {e}; remove the file to start over", i + 1),
+                ))
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Appends finished rows to a sweep's [`PARTIAL`] file, one line each,
+/// written through at once.
+pub struct PartialWriter {
+    path: PathBuf,
+    file: std::sync::Mutex<std::fs::File>,
+}
+
+impl PartialWriter {
+    /// Opens `dir`'s partial file for appending; with `rows`, rewrites it
+    /// to hold exactly those (the complete rows of a resumed sweep).
+    pub fn create(dir: &Path, rows: &[Row]) -> Result<PartialWriter> {
+        let path = dir.join(PARTIAL);
+        let mut text = String::new();
+        for row in rows {
+            text += &serde_json::to_string(row).map_err(|e| Error::file(&path, e))?;
+            text.push('\n');
+        }
+        write_atomic(&path, text.as_bytes())?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::file(&path, e))?;
+        Ok(PartialWriter {
+            path,
+            file: std::sync::Mutex::new(file),
+        })
+    }
+
+    /// Saves one finished row.
+    pub fn append(&self, row: &Row) -> Result<()> {
+        use std::io::Write;
+        let mut line = serde_json::to_string(row).map_err(|e| Error::file(&self.path, e))?;
+        line.push('\n');
+        let mut file = self
+            .file
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        file.write_all(line.as_bytes())
+            .map_err(|e| Error::file(&self.path, e))
+    }
+
+    /// The sweep is written in full: the partial file goes.
+    pub fn remove(self) -> Result<()> {
+        std::fs::remove_file(&self.path).map_err(|e| Error::file(&self.path, e))
+    }
 }
 
 /// Makes the output directory of a sweep, before any run: a path that is a
@@ -342,7 +520,14 @@ pub fn read_results(path: &Path) -> Result<Vec<Row>> {
         path.to_path_buf()
     };
     let text = std::fs::read_to_string(&path).map_err(|e| Error::file(&path, e))?;
-    serde_json::from_str(&text).map_err(|e| Error::file(&path, e))
+    let mut rows: Vec<Row> = serde_json::from_str(&text).map_err(|e| Error::file(&path, e))?;
+    // Files written before `overhead_at_stop` gave stopped runs an overhead.
+    for row in &mut rows {
+        if row.status != ReplayStatus::Ok && row.overhead_at_stop.is_none() {
+            row.overhead_at_stop = row.overhead.take();
+        }
+    }
+    Ok(rows)
 }
 
 /// Per trace and policy (heuristic, memory, sampling, seed), the smallest

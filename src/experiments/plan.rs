@@ -118,7 +118,7 @@ impl Plan {
                 "the alignment must be a power of two, got {alignment}"
             )));
         }
-        let (outcome, dtr) = spec.run_with(workload, |dtr| dtr.record_plan(), |_, _| {})?;
+        let (outcome, dtr) = spec.run_with(workload, false, |dtr| dtr.record_plan(), |_, _| {})?;
         let report = &outcome.report;
         if report.status != ReplayStatus::Ok {
             return Err(Error::InvalidArgument(format!(
@@ -200,6 +200,7 @@ impl Plan {
         let offsets = self.offsets.clone();
         let (outcome, dtr) = spec.run_with(
             workload,
+            false,
             |dtr| dtr.follow_plan(reservations, Some(offsets)),
             |_, _| {},
         )?;

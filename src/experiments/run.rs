@@ -172,15 +172,28 @@ impl RunSpec {
         workload: &Workload,
         after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
     ) -> Result<Outcome> {
-        let (outcome, _) = self.run_with(workload, |_| Ok(()), after_event)?;
+        self.run_recording(workload, false, after_event)
+    }
+
+    /// [`RunSpec::run_observed`], with the interpreter's log of evictions
+    /// and rematerialisations kept when `record_events` (see
+    /// [`Interpreter::events`]; it changes no decision).
+    pub fn run_recording(
+        &self,
+        workload: &Workload,
+        record_events: bool,
+        after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
+    ) -> Result<Outcome> {
+        let (outcome, _) = self.run_with(workload, record_events, |_| Ok(()), after_event)?;
         Ok(outcome)
     }
 
-    /// [`RunSpec::run_observed`] that lets `prepare` set up the interpreter
+    /// [`RunSpec::run_recording`] that lets `prepare` set up the interpreter
     /// before the first event (to record a plan, say) and hands it back.
     pub fn run_with(
         &self,
         workload: &Workload,
+        record_events: bool,
         prepare: impl FnOnce(&mut Interpreter<SimulatorBackend>) -> Result<()>,
         mut after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
     ) -> Result<(Outcome, Interpreter<SimulatorBackend>)> {
@@ -193,7 +206,8 @@ impl RunSpec {
             .with_sampling(self.sampling)
             .with_seed(self.seed)
             .with_restore(self.restore)
-            .with_swap(self.swap);
+            .with_swap(self.swap)
+            .with_events(record_events);
         let (budget_bytes, interpreter, report) = match &self.policy {
             Policy::StaticSqrt => {
                 let plan = CheckpointPlan::new(&workload.trace)?;

@@ -200,6 +200,21 @@ impl<B: Backend> Interpreter<B> {
         let counter = self.table.counter();
         let in_use_bytes = counter.in_use_bytes();
         let locked_bytes = self.table.locked_bytes();
+        let largest_locked = self
+            .table
+            .largest_locked(3)
+            .into_iter()
+            .map(|(storage, bytes)| {
+                let root = self.graph.storages[storage].tensors[0];
+                let what = match self.graph.tensors[root].producer {
+                    Some((node, _)) => {
+                        format!("output of `{}`", self.graph.nodes[node].op.name())
+                    }
+                    None => "a put".to_string(),
+                };
+                (what, bytes)
+            })
+            .collect();
         let error = Error::OutOfMemory {
             context,
             requested_bytes,
@@ -207,6 +222,9 @@ impl<B: Backend> Interpreter<B> {
             in_use_bytes,
             locked_bytes,
             pinned_bytes: self.table.unevictable_bytes().saturating_sub(locked_bytes),
+            // Filled in by the rematerialisation that ran the op, if one did.
+            chain: Vec::new(),
+            largest_locked,
         };
         tracing::warn!(target: "dtr::oom", %error);
         error

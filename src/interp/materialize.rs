@@ -74,7 +74,15 @@ impl<B: Backend> Interpreter<B> {
                             }
                         });
                     self.unlock_inputs(&frame);
-                    if let Err(error) = result {
+                    if let Err(mut error) = result {
+                        // The ops waiting on this one, innermost first.
+                        if let Error::OutOfMemory { chain, .. } = &mut error {
+                            *chain = stack
+                                .iter()
+                                .rev()
+                                .map(|f| self.graph.nodes[f.node].op.name().to_string())
+                                .collect();
+                        }
                         for frame in stack.iter().rev() {
                             self.unlock_inputs(frame);
                         }

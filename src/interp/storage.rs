@@ -424,6 +424,19 @@ impl<B: Backend> StorageTable<B> {
             .sum()
     }
 
+    /// The `n` largest locked resident storages and their bytes, largest first.
+    pub(super) fn largest_locked(&self, n: usize) -> Vec<(StorageId, u64)> {
+        let mut locked: Vec<(StorageId, u64)> = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.locks > 0)
+            .filter_map(|(id, _)| Some((id, self.blocks.get(id)?.size)))
+            .collect();
+        locked.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
+        locked.truncate(n);
+        locked
+    }
+
     /// What a heuristic may look at.
     pub(super) fn policy_view<'a>(&'a self, graph: &'a Graph) -> PolicyView<'a> {
         PolicyView {

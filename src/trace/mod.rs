@@ -265,8 +265,9 @@ pub(crate) fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> 
 /// Reads a trace file in the given format, or the detected one.
 pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<(Trace, TraceFormat)> {
     let source = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Trace(format!("{source}: cannot read: {e}")))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::Trace(format!("{source}: cannot read: {e}")))?;
+    let text = utf8(&source, bytes)?;
     let format = match format.or_else(|| TraceFormat::detect(&text)) {
         Some(format) => format,
         None => {
@@ -282,6 +283,28 @@ pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<(Trace, TraceFor
     Ok((trace, format))
 }
 
+/// The text of a trace file, or an error naming the line and column of its
+/// first byte that is not UTF-8.
+pub fn utf8(source: &str, bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|error| {
+        let utf8 = error.utf8_error();
+        let bytes = error.as_bytes();
+        let at = utf8.valid_up_to();
+        let before = &bytes[..at];
+        let line = 1 + memchr::memchr_iter(b'\n', before).count();
+        let line_start = memchr::memrchr(b'\n', before).map_or(0, |i| i + 1);
+        Error::Trace(format!(
+            "{source}:{line}: byte {} of the line (0x{:02x}) is not UTF-8; traces are UTF-8 text",
+            at - line_start + 1,
+            bytes[at]
+        ))
+    })
+}
+
+/// The largest total of sizes (and of costs) a trace may add up to: 2⁶²,
+/// so that budgets, alignment and sums of live bytes never overflow.
+pub const MAX_TOTAL: u64 = 1 << 62;
+
 /// An output as a reader gives it to [`TraceBuilder::apply`]: bytes,
 /// the input it is a view of, dims.
 pub(crate) type OutputSpec = (u64, Option<usize>, Option<Dims>);
@@ -295,6 +318,18 @@ pub(crate) struct TraceBuilder {
     refs: Vec<u32>,
     /// Where each tensor's last reference was dropped.
     released_at: Vec<Option<usize>>,
+    /// Each tensor's storage, named by the tensor that allocated it.
+    storage_of: Vec<TraceTensor>,
+    /// Pins held on each storage (indexed by its allocating tensor), as the
+    /// interpreter counts them: an `unpin` needs one.
+    pins: Vec<u32>,
+    /// Sums of every size allocated and every cost, checked against [`MAX_TOTAL`].
+    total_bytes: u64,
+    total_cost: u64,
+    /// Each tensor's dims where known, kept once the first kernel appears
+    /// (to check kernels against their inputs; traces without kernels
+    /// never pay for it).
+    shapes: Option<Vec<Option<Dims>>>,
 }
 
 impl TraceBuilder {
@@ -306,6 +341,11 @@ impl TraceBuilder {
             },
             refs: Vec::new(),
             released_at: Vec::new(),
+            storage_of: Vec::new(),
+            pins: Vec::new(),
+            total_bytes: 0,
+            total_cost: 0,
+            shapes: None,
         }
     }
 
@@ -318,6 +358,8 @@ impl TraceBuilder {
         self.trace.storage_bytes.reserve(events);
         self.refs.reserve(events);
         self.released_at.reserve(events);
+        self.storage_of.reserve(events);
+        self.pins.reserve(events);
     }
 
     pub fn finish(mut self) -> Trace {
@@ -364,11 +406,96 @@ impl TraceBuilder {
         }
     }
 
-    fn new_tensor(&mut self, storage_bytes: u64) -> TraceTensor {
+    /// A new tensor: of a fresh storage, or (`view_of`) of another's.
+    fn new_tensor(
+        &mut self,
+        storage_bytes: u64,
+        view_of: Option<TraceTensor>,
+        dims: Option<&Dims>,
+    ) -> TraceTensor {
+        let tensor = self.trace.storage_bytes.len() as TraceTensor;
         self.trace.storage_bytes.push(storage_bytes);
         self.refs.push(1);
         self.released_at.push(None);
-        (self.trace.storage_bytes.len() - 1) as TraceTensor
+        self.storage_of
+            .push(view_of.map_or(tensor, |t| self.storage_of[t as usize]));
+        self.pins.push(0);
+        if let Some(shapes) = &mut self.shapes {
+            shapes.push(dims.cloned());
+        }
+        tensor
+    }
+
+    /// Adds `bytes` allocated and `cost` spent to the totals; past
+    /// [`MAX_TOTAL`] the sizes are out of range.
+    fn count(&mut self, line: usize, bytes: u64, cost: u64) -> Result<()> {
+        let (Some(total_bytes), Some(total_cost)) = (
+            self.total_bytes
+                .checked_add(bytes)
+                .filter(|&t| t <= MAX_TOTAL),
+            self.total_cost
+                .checked_add(cost)
+                .filter(|&t| t <= MAX_TOTAL),
+        ) else {
+            return Err(self.fail(
+                line,
+                format!(
+                    "out of range: the trace's sizes or costs add up past 2^62 \
+                     (this line: {bytes} bytes, cost {cost})"
+                ),
+            ));
+        };
+        (self.total_bytes, self.total_cost) = (total_bytes, total_cost);
+        Ok(())
+    }
+
+    /// Checks a kernel's attributes against its inputs' dims, where all
+    /// are known (a transpose of an axis the input lacks, a convolution of
+    /// stride 0, a fill too large to address: what no backend could run).
+    fn check_kernel(
+        &mut self,
+        line: usize,
+        op: &str,
+        kernel: &Op,
+        inputs: &[TraceTensor],
+    ) -> Result<()> {
+        if self.shapes.is_none() {
+            self.shapes = Some(self.known_shapes());
+        }
+        let shapes = self.shapes.as_ref().expect("made above");
+        let layouts: Option<Vec<crate::shape::Layout>> = inputs
+            .iter()
+            .map(|&t| {
+                shapes[t as usize]
+                    .as_deref()
+                    .map(crate::shape::Layout::contiguous)
+            })
+            .collect();
+        let Some(layouts) = layouts else {
+            return Ok(());
+        };
+        let layouts: Vec<&crate::shape::Layout> = layouts.iter().collect();
+        kernel
+            .signature(&layouts)
+            .map(|_| ())
+            .map_err(|error| self.fail(line, format!("the kernel of `{op}` cannot run: {error}")))
+    }
+
+    /// Every tensor's dims so far, from the events.
+    fn known_shapes(&self) -> Vec<Option<Dims>> {
+        let mut shapes = vec![None; self.trace.storage_bytes.len()];
+        for event in &self.trace.events {
+            match event {
+                TraceEvent::Put { tensor, dims, .. } => shapes[*tensor as usize] = dims.clone(),
+                TraceEvent::Apply { outputs, .. } => {
+                    for output in outputs {
+                        shapes[output.tensor as usize] = output.dims.clone();
+                    }
+                }
+                _ => {}
+            }
+        }
+        shapes
     }
 
     fn push(&mut self, line: usize, event: TraceEvent) {
@@ -395,7 +522,8 @@ impl TraceBuilder {
                 Some(_) => {}
             }
         }
-        let tensor = self.new_tensor(bytes);
+        self.count(line, bytes, 0)?;
+        let tensor = self.new_tensor(bytes, None, dims.as_ref());
         self.push(
             line,
             TraceEvent::Put {
@@ -428,6 +556,15 @@ impl TraceBuilder {
                 self.check_live(line, input, &labels(i))?;
             }
         }
+        if let Some(kernel) = &kernel {
+            self.check_kernel(line, &op, kernel, &inputs)?;
+        }
+        let fresh_bytes = outputs
+            .iter()
+            .filter(|(_, alias_of, _)| alias_of.is_none())
+            .try_fold(0u64, |sum, (bytes, _, _)| sum.checked_add(*bytes))
+            .unwrap_or(u64::MAX);
+        self.count(line, fresh_bytes, cost)?;
         let mut made = SmallVec::new();
         let mut specs = Vec::with_capacity(outputs.len());
         for (k, (bytes, alias_of, dims)) in outputs.iter().cloned().enumerate() {
@@ -450,7 +587,7 @@ impl TraceBuilder {
                 Some(i) => self.storage_bytes(inputs[i]),
                 None => bytes,
             };
-            let tensor = self.new_tensor(storage_bytes);
+            let tensor = self.new_tensor(storage_bytes, alias_of.map(|i| inputs[i]), dims.as_ref());
             made.push(tensor);
             specs.push(TraceOutput {
                 tensor,
@@ -515,6 +652,18 @@ impl TraceBuilder {
             unreachable!("read() takes get, pin, unpin or detach");
         };
         self.check_live(line, tensor, label)?;
+        let storage = self.storage_of[tensor as usize] as usize;
+        match event {
+            TraceEvent::Pin { .. } => self.pins[storage] = self.pins[storage].saturating_add(1),
+            TraceEvent::Unpin { .. } if self.pins[storage] == 0 => {
+                return Err(self.fail(
+                    line,
+                    format!("unpin of {label}, which is not pinned (no `pin` holds its storage)"),
+                ))
+            }
+            TraceEvent::Unpin { .. } => self.pins[storage] -= 1,
+            _ => {}
+        }
         self.push(line, event);
         Ok(())
     }

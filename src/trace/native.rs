@@ -20,8 +20,12 @@ use crate::shape::Dims;
 pub const FORMAT: &str = "dtr-trace";
 /// The newest version this build reads and the one it writes. Version 2
 /// adds dtypes other than f32 (traces recorded from PyTorch); version 3 the
-/// `module` of an `apply`.
-pub const VERSION: u32 = 3;
+/// `module` of an `apply`; version 4 the closing `end` line with the count of
+/// events, so a trace cut short is detected.
+pub const VERSION: u32 = 4;
+
+/// The first version whose traces must close with an `end` line.
+pub const END_MARKER_SINCE: u32 = 4;
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -90,6 +94,10 @@ enum Line {
     Detach {
         id: u64,
     },
+    /// The last line of a version 4 trace: how many events precede it.
+    End {
+        events: u64,
+    },
 }
 
 /// One output as the reader takes it.
@@ -144,6 +152,8 @@ enum Event<'a> {
     },
     /// `retain`, `del`, `get`, `pin`, `unpin` or `detach`: the kind and the id.
     Use(UseKind, u64),
+    /// The closing line, with the count of events before it.
+    End(u64),
 }
 
 #[derive(Clone, Copy)]
@@ -213,6 +223,7 @@ impl<'a> From<Line> for Event<'a> {
             Line::Pin { id } => Event::Use(UseKind::Pin, id),
             Line::Unpin { id } => Event::Use(UseKind::Unpin, id),
             Line::Detach { id } => Event::Use(UseKind::Detach, id),
+            Line::End { events } => Event::End(events),
         }
     }
 }
@@ -260,6 +271,7 @@ impl<'de> Deserialize<'de> for Event<'de> {
                     "pin" => UseKind::Pin,
                     "unpin" => UseKind::Unpin,
                     "detach" => UseKind::Detach,
+                    "end" => return end(map),
                     _ => return Err(de::Error::custom("an unknown event")),
                 };
                 let mut id = None;
@@ -271,6 +283,17 @@ impl<'de> Deserialize<'de> for Event<'de> {
                 }
                 Ok(Event::Use(uses, required(id)?))
             }
+        }
+
+        fn end<'de, A: MapAccess<'de>>(mut map: A) -> std::result::Result<Event<'de>, A::Error> {
+            let mut events = None;
+            while let Some(key) = map.next_key::<Text<'de>>()? {
+                match &*key {
+                    "events" => once(&mut events, map.next_value()?)?,
+                    _ => return Err(de::Error::custom("an unknown field")),
+                }
+            }
+            Ok(Event::End(required(events)?))
         }
 
         fn put<'de, A: MapAccess<'de>>(mut map: A) -> std::result::Result<Event<'de>, A::Error> {
@@ -378,8 +401,18 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
             Ok(())
         }
     };
+    // Events read so far, and the line of the closing `end` once read.
+    let (mut count, mut ended, mut last_line) = (0u64, None::<usize>, header_line);
     for (line, text) in lines {
+        if let Some(end_line) = ended {
+            return Err(fail(
+                line,
+                format!("an event after the trace's `end` line (line {end_line})"),
+            ));
+        }
+        last_line = line;
         let event = Event::parse(text).map_err(|e| fail(line, e.to_string()))?;
+        count += 1;
         match event {
             Event::Put {
                 id,
@@ -447,6 +480,28 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                     ids.insert(output.id, tensor);
                 }
             }
+            Event::End(events) => {
+                if header.version < END_MARKER_SINCE {
+                    return Err(fail(
+                        line,
+                        format!(
+                            "`end` is a version {END_MARKER_SINCE} event; this trace is version {}",
+                            header.version
+                        ),
+                    ));
+                }
+                let before = count - 1;
+                if events != before {
+                    return Err(fail(
+                        line,
+                        format!(
+                            "the `end` line counts {events} events, but {before} precede it: \
+                             lines are missing or were added"
+                        ),
+                    ));
+                }
+                ended = Some(line);
+            }
             Event::Use(kind, id) => {
                 let tensor = resolve(&ids, line, id)?;
                 let label = format_args!("tensor id {id}");
@@ -460,6 +515,16 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                 }
             }
         }
+    }
+    if header.version >= END_MARKER_SINCE && ended.is_none() {
+        return Err(fail(
+            last_line,
+            format!(
+                "the trace stops after {count} events without its closing \
+                 `{{\"event\":\"end\",\"events\":{count}}}` line: it was cut short, \
+                 or the program writing it did not finish"
+            ),
+        ));
     }
     Ok(builder.finish())
 }
@@ -502,6 +567,8 @@ fn check_dtype(dtype: &str) -> std::result::Result<(), String> {
 /// Writes traces in the native format, one event at a time.
 pub struct TraceWriter<W: Write> {
     out: W,
+    /// Events written so far, for the closing `end` line.
+    events: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -512,7 +579,7 @@ impl<W: Write> TraceWriter<W> {
             version: VERSION,
         };
         writeln!(out, "{}", serde_json::to_string(&header)?)?;
-        Ok(TraceWriter { out })
+        Ok(TraceWriter { out, events: 0 })
     }
 
     /// Writes one event, naming tensors by their dense index.
@@ -561,10 +628,18 @@ impl<W: Write> TraceWriter<W> {
             TraceEvent::Unpin { tensor } => Line::Unpin { id: *tensor as u64 },
             TraceEvent::Detach { tensor } => Line::Detach { id: *tensor as u64 },
         };
-        writeln!(self.out, "{}", serde_json::to_string(&line)?)
+        writeln!(self.out, "{}", serde_json::to_string(&line)?)?;
+        self.events += 1;
+        Ok(())
     }
 
-    pub fn flush(&mut self) -> std::io::Result<()> {
+    /// Ends the trace: writes the closing `end` line and flushes. A trace
+    /// without it (the writer dropped early) reads as cut short.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        let end = Line::End {
+            events: self.events,
+        };
+        writeln!(self.out, "{}", serde_json::to_string(&end)?)?;
         self.out.flush()
     }
 }
@@ -576,5 +651,6 @@ pub fn to_string(trace: &Trace) -> String {
     for event in &trace.events {
         writer.write(event).expect("writing to memory cannot fail");
     }
+    writer.finish().expect("writing to memory cannot fail");
     String::from_utf8(buffer).expect("JSON is UTF-8")
 }

@@ -106,7 +106,7 @@ impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
     fn finish(&mut self) -> std::io::Result<()> {
         match self.error.take() {
             Some(error) => Err(error),
-            None => self.writer.flush(),
+            None => self.writer.finish(),
         }
     }
 }
