@@ -62,7 +62,7 @@ pub struct Args {
     restore: RestoreArgs,
     /// Follow a plan made by `dtr plan` instead of a heuristic: no policy,
     /// every allocation at its planned offset, checked.
-    #[arg(long, conflicts_with_all = ["ratio", "budget", "timeline"])]
+    #[arg(long, conflicts_with_all = ["ratio", "budget", "timeline", "timeline_out"])]
     plan: Option<PathBuf>,
 }
 

@@ -253,12 +253,10 @@ impl Plan {
         Ok(plan)
     }
 
-    /// Writes the plan as JSON, aside and then renamed into place.
+    /// Writes the plan as JSON, whole or not at all.
     pub fn write(&self, path: &Path) -> Result<()> {
         let text =
             serde_json::to_string(self).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let aside = path.with_extension("json.tmp");
-        std::fs::write(&aside, text + "\n").map_err(|e| Error::file(&aside, e))?;
-        std::fs::rename(&aside, path).map_err(|e| Error::file(path, e))
+        super::write_atomic(path, (text + "\n").as_bytes())
     }
 }
