@@ -7,6 +7,7 @@ use dtr::experiments::{merge, to_csv, Row, Shard, SweepSpec};
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
 use dtr::trace::replay::ReplayStatus;
+use dtr::{RestoreMode, SwapConfig};
 
 fn shipped_trace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/mlp-small.jsonl")
@@ -18,6 +19,8 @@ fn spec() -> SweepSpec {
         heuristics: vec!["dtr".into(), "lru".into(), "random".into()],
         memories: vec![MemoryModel::Counter, MemoryModel::arena()],
         samplings: vec![Sampling::All, Sampling::Sqrt],
+        restores: vec![RestoreMode::Drop, RestoreMode::Swap],
+        swap: SwapConfig::default(),
         seeds: 2,
         ratios: vec![1.0, 0.8, 0.6, 0.4],
         thrash_limit: 2.0,
@@ -37,7 +40,13 @@ fn the_same_sweep_twice_gives_the_same_csv() {
     let spec = spec();
     let first = spec.run(None, 2, &|_, _| {}).unwrap();
     let second = spec.run(None, 1, &|_, _| {}).unwrap();
-    assert_eq!(first.len(), 3 * 2 * 2 * 2 * 4);
+    assert_eq!(first.len(), 3 * 2 * 2 * 2 * 2 * 4);
+    // Both restore modes ran, and evicted.
+    for restore in [RestoreMode::Drop, RestoreMode::Swap] {
+        assert!(first
+            .iter()
+            .any(|r| r.restore == restore && r.evictions > 0));
+    }
     assert!(
         first.iter().enumerate().all(|(i, r)| r.index == i),
         "rows come back in grid order"

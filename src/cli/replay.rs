@@ -10,8 +10,9 @@ use dtr::policy::Sampling;
 use dtr::Budget;
 use serde_json::json;
 
-use super::restore::RestoreArgs;
+use super::restore::{SwapArgs, RESTORE_HELP};
 use super::{check_output, human, parse_bytes, trace_format, FormatArg};
+use dtr::RestoreMode;
 
 /// The arguments of `dtr replay`.
 #[derive(clap::Args)]
@@ -58,8 +59,10 @@ pub struct Args {
     /// smallest budget that would complete.
     #[arg(long)]
     no_suggest: bool,
+    #[arg(long, value_enum, default_value = "drop", help = RESTORE_HELP)]
+    restore: RestoreMode,
     #[command(flatten)]
-    restore: RestoreArgs,
+    swap: SwapArgs,
     /// Follow a plan made by `dtr plan` instead of a heuristic: no policy,
     /// every allocation at its planned offset, checked.
     #[arg(long, conflicts_with_all = ["ratio", "budget", "timeline", "timeline_out"])]
@@ -82,6 +85,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         timeline_out,
         no_suggest,
         restore,
+        swap,
         plan,
     } = args;
     if let Some(plan) = plan {
@@ -98,8 +102,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         sampling,
         seed,
         thrash_limit,
-        restore: restore.restore,
-        swap: restore.swap(),
+        restore,
+        swap: swap.config(),
     };
     spec.validate()?;
     if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {

@@ -1,20 +1,15 @@
-//! `--restore`, `--swap-bandwidth` and `--host-memory`: how evicted
-//! storages come back, shared by the commands that replay.
+//! `--swap-bandwidth` and `--host-memory`: the copy queue and host memory
+//! that `--restore swap|hybrid` use, shared by the commands that replay.
 
-use dtr::{RestoreMode, SwapConfig};
+use dtr::SwapConfig;
 
 use super::parse_bytes;
 
-/// How evicted storages come back.
+/// The host side of swapping.
 #[derive(clap::Args, Debug, Clone)]
-pub struct RestoreArgs {
-    /// `drop` recomputes evicted tensors (DTR); `swap` copies them to host
-    /// memory and back; `hybrid` picks per tensor whichever the estimates
-    /// make cheaper.
-    #[arg(long, value_enum, default_value = "drop")]
-    pub restore: RestoreMode,
-    /// Bytes per second of the copy queue between device and host, each
-    /// way (costs are taken as nanoseconds); with `swap` and `hybrid`.
+pub struct SwapArgs {
+    /// Bytes per second of the copy queues between device and host, each
+    /// way (costs are taken as nanoseconds); with `--restore swap|hybrid`.
     #[arg(long, default_value = "16GB", value_parser = parse_bytes)]
     pub swap_bandwidth: u64,
     /// The most bytes host copies may hold at once (default: no limit).
@@ -22,11 +17,15 @@ pub struct RestoreArgs {
     pub host_memory: Option<u64>,
 }
 
-impl RestoreArgs {
-    pub fn swap(&self) -> SwapConfig {
+impl SwapArgs {
+    pub fn config(&self) -> SwapConfig {
         SwapConfig {
             bandwidth: self.swap_bandwidth as f64,
             host_memory: self.host_memory,
         }
     }
 }
+
+/// The help of `--restore`.
+pub const RESTORE_HELP: &str = "How evicted tensors come back: `drop` recomputes them (DTR); `swap` \
+copies them to host memory and back; `hybrid` picks per tensor whichever the estimates make cheaper";

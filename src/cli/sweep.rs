@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
+use dtr::RestoreMode;
+
+use super::restore::{SwapArgs, RESTORE_HELP};
 
 use super::{check_output_dir, jobs_or_cores, progress};
 
@@ -37,6 +40,10 @@ pub struct SweepArgs {
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     sampling: Vec<Sampling>,
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "drop", help = RESTORE_HELP)]
+    restore: Vec<RestoreMode>,
+    #[command(flatten)]
+    swap: SwapArgs,
     /// Run seeds 0..N (at least 1).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
@@ -65,6 +72,8 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         heuristics,
         memory,
         sampling,
+        restore,
+        swap,
         seeds,
         thrash_limit,
         jobs,
@@ -88,6 +97,8 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         heuristics,
         memories: memory,
         samplings: sampling,
+        restores: restore,
+        swap: swap.config(),
         seeds,
         ratios,
         thrash_limit,

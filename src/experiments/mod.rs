@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Budget;
+use crate::config::{Budget, RestoreMode, SwapConfig};
 use crate::error::{Error, Result};
 use crate::memory::MemoryModel;
 use crate::policy::Sampling;
@@ -32,6 +32,9 @@ pub struct SweepSpec {
     pub heuristics: Vec<String>,
     pub memories: Vec<MemoryModel>,
     pub samplings: Vec<Sampling>,
+    /// How evicted storages come back, and the copy queue for swapping.
+    pub restores: Vec<RestoreMode>,
+    pub swap: SwapConfig,
     /// Seeds 0..seeds.
     pub seeds: u64,
     pub ratios: Vec<f64>,
@@ -47,6 +50,7 @@ pub struct Cell {
     pub trace: usize,
     pub heuristic: usize,
     pub memory: usize,
+    pub restore: usize,
     pub sampling: usize,
     pub seed: u64,
     pub ratio: usize,
@@ -87,6 +91,9 @@ pub struct Row {
     pub trace: String,
     pub heuristic: String,
     pub memory: MemoryModel,
+    /// How evicted storages came back (results from before swap: `drop`).
+    #[serde(default)]
+    pub restore: RestoreMode,
     pub sampling: Sampling,
     pub seed: u64,
     pub ratio: f64,
@@ -110,36 +117,52 @@ pub struct Row {
 }
 
 impl SweepSpec {
-    /// Every cell, in a fixed order: trace, heuristic, memory, sampling,
-    /// seed, then ratio (fastest). Static checkpointing takes no budget and
-    /// no randomness: one cell per trace and memory model.
+    /// Every cell, in a fixed order: trace, heuristic, memory, restore,
+    /// sampling, seed, then ratio (fastest). Static checkpointing takes no
+    /// budget, no randomness and no eviction: one cell per trace and memory
+    /// model.
     pub fn cells(&self) -> Vec<Cell> {
         let mut cells = Vec::new();
         for trace in 0..self.traces.len() {
             for heuristic in 0..self.heuristics.len() {
                 let fixed = self.heuristics[heuristic] == STATIC_CHECKPOINTING;
-                let (samplings, seeds, ratios) = if fixed {
-                    (1, 1, 1)
+                let (restores, samplings, seeds, ratios) = if fixed {
+                    (1, 1, 1, 1)
                 } else {
-                    (self.samplings.len(), self.seeds.max(1), self.ratios.len())
+                    (
+                        self.restores.len(),
+                        self.samplings.len(),
+                        self.seeds.max(1),
+                        self.ratios.len(),
+                    )
                 };
-                for memory in 0..self.memories.len() {
-                    for sampling in 0..samplings {
-                        for seed in 0..seeds {
-                            for ratio in 0..ratios {
-                                let index = cells.len();
-                                cells.push(Cell {
-                                    index,
-                                    trace,
-                                    heuristic,
-                                    memory,
-                                    sampling,
-                                    seed,
-                                    ratio,
-                                });
-                            }
-                        }
+                // Memory model, restore mode, sampling, seed and ratio, as
+                // the digits of one counter: the ratio varies fastest.
+                let radices = [
+                    self.memories.len(),
+                    restores,
+                    samplings,
+                    seeds as usize,
+                    ratios,
+                ];
+                for count in 0..radices.iter().product() {
+                    let mut digits = [0usize; 5];
+                    let mut rest = count;
+                    for (digit, &radix) in digits.iter_mut().zip(&radices).rev() {
+                        *digit = rest % radix;
+                        rest /= radix;
                     }
+                    let [memory, restore, sampling, seed, ratio] = digits;
+                    cells.push(Cell {
+                        index: cells.len(),
+                        trace,
+                        heuristic,
+                        memory,
+                        restore,
+                        sampling,
+                        seed: seed as u64,
+                        ratio,
+                    });
                 }
             }
         }
@@ -227,6 +250,7 @@ impl SweepSpec {
             && row.trace == self.traces[cell.trace].display().to_string()
             && row.heuristic == self.heuristics[cell.heuristic]
             && row.memory == spec.memory
+            && row.restore == spec.restore
             && row.sampling == spec.sampling
             && row.seed == spec.seed
             && match spec.budget {
@@ -256,7 +280,8 @@ impl SweepSpec {
             sampling: self.samplings[cell.sampling],
             seed: cell.seed,
             thrash_limit: self.thrash_limit,
-            ..RunSpec::default()
+            restore: self.restores[cell.restore],
+            swap: self.swap,
         }
     }
 
@@ -274,6 +299,7 @@ impl SweepSpec {
             trace: self.traces[cell.trace].display().to_string(),
             heuristic: self.heuristics[cell.heuristic].clone(),
             memory: self.memories[cell.memory],
+            restore: self.restores[cell.restore],
             sampling: self.samplings[cell.sampling],
             seed: cell.seed,
             ratio,
@@ -325,7 +351,7 @@ pub fn parallel_map<T: Sync, R: Send>(
 
 /// The CSV header, in [`Row`]'s field order.
 pub const CSV_HEADER: &str =
-    "index,trace,heuristic,memory,sampling,seed,ratio,budget_bytes,status,overhead,\
+    "index,trace,heuristic,memory,restore,sampling,seed,ratio,budget_bytes,status,overhead,\
 overhead_at_stop,remat_compute,peak_bytes,evictions,rematerializations,fragmentation,wall_seconds";
 
 /// The rows as CSV (header first). Numbers print in full precision, so
@@ -340,6 +366,7 @@ pub fn to_csv(rows: &[Row]) -> String {
             r.trace.clone(),
             r.heuristic.clone(),
             r.memory.to_string(),
+            r.restore.to_string(),
             r.sampling.to_string(),
             r.seed.to_string(),
             r.ratio.to_string(),

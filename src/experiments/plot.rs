@@ -18,6 +18,7 @@ use plotters::prelude::*;
 use super::chains::ChainRow;
 use super::timeline::{Phase, Sample, Timeline};
 use super::Row;
+use crate::config::RestoreMode;
 use crate::error::{Error, Result};
 use crate::memory::MemoryModel;
 use crate::policy::Sampling;
@@ -286,6 +287,9 @@ fn policy(row: &Row) -> String {
     let mut name = row.heuristic.clone();
     if row.memory != MemoryModel::Counter {
         name += &format!(" / {}", row.memory);
+    }
+    if row.restore != RestoreMode::Drop {
+        name += &format!(" / {}", row.restore);
     }
     if row.sampling != Sampling::All {
         name += &format!(" / {}", row.sampling);
