@@ -183,9 +183,15 @@ class _Mode(TorchDispatchMode):
 
 
 # Tensor methods that read (False) or hand out (True) a storage's memory
-# without an ATen op, so the dispatch mode never sees them.
+# without an ATen op, so the dispatch mode never sees them. The storage
+# object itself is memory handed out: `torch.save` (pickling), `bytes()`,
+# `.tolist()` of a storage and NumPy's buffer read it later, after other ops
+# may have run, so a tensor whose storage is taken stays resident for good.
+# `copy.deepcopy` copies the storage at once (its `copy_` is an op).
 _HOST_ACCESS = {_Tensor.tolist: False, _Tensor.numpy: True, _Tensor.__array__: True,
-                _Tensor.__dlpack__: True, _Tensor.data_ptr: True}
+                _Tensor.__dlpack__: True, _Tensor.data_ptr: True,
+                _Tensor.untyped_storage: True, _Tensor.storage: True,
+                _Tensor._typed_storage: True, _Tensor.__deepcopy__: False}
 
 
 class _HostAccess(TorchFunctionMode):
