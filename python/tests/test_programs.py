@@ -403,3 +403,30 @@ def test_a_leaf_made_inside_is_trained_and_read_after():
         return w.detach().clone()
 
     check(program)
+
+
+def test_storages_resized_in_place_are_counted_at_their_new_size():
+    def program():
+        x = torch.randn(N)
+        values = pressure(x, 8)
+        y = values[2] * 1
+        y.resize_(2 * N)  # grows the storage in place
+        y[N:] = 1.0
+        out = torch.empty(0)
+        torch.mul(values[3], 2, out=out)  # the kernel resizes `out`
+        z = torch.empty(0)
+        z.set_(values[4].untyped_storage(), 0, (N,), (1,))
+        fill = pressure(values[-1], 6)
+        return y.clone(), out.clone(), z.clone(), fill[-1].sum()
+
+    check(program, limit=8 * MiB)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad), dtr_torch.budget(64 * MiB) as session:
+            y = torch.randn(N) * 1
+            y.resize_(2 * N)
+            y.fill_(1.0)
+            out = torch.empty(0)
+            torch.mul(y, 2, out=out)
+            # y and out hold 2 MiB each now (counted before as 1 MiB and 0).
+            assert session.stats()["in_use_bytes"] >= 4 * MiB, (grad, session.stats())
+            session.check()

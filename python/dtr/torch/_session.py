@@ -348,6 +348,21 @@ class Session:
                 self._grad_hooks.append(tensor.register_post_accumulate_grad_hook(self._pin_grad))
         return slot
 
+    def _readopt(self, slot: _Slot, nbytes: int, op: str) -> int:
+        """A constant's storage changed size in place: the engine adopts it
+        again at its new size; returns the old tensor's handle, for the caller
+        to release once unpinned (releasing it frees nothing: the old buffer
+        no longer owns the storage)."""
+        old = slot.handle
+        slot.buf.owns = False
+        del self._slot_of_handle[old]
+        slot.nbytes = nbytes
+        slot.buf = _Buf(slot)
+        slot.handle = self._engine_call(self._engine.adopt, op, "counting a resized storage",
+                                        nbytes, slot.buf)
+        self._slot_of_handle[slot.handle] = slot
+        return old
+
     def _pin_grad(self, param: _Tensor) -> None:
         """A parameter's gradient is a constant from accumulation on: the
         optimiser reads it after the activations it came from are gone."""
@@ -635,6 +650,12 @@ class Session:
         start = _perf_ns()
         result = func(*args, **kwargs)
         cost = _perf_ns() - start
+        # `resize_`, `set_` and `out=` arguments can change the size of a
+        # storage written in place: the engine counts it at its new size.
+        for slot in constants_written:
+            storage = slot.ref()
+            if storage is not None and storage.nbytes() != slot.nbytes:
+                retired.append(self._readopt(slot, storage.nbytes(), info.name))
 
         fresh: List[_Slot] = []
         sources: List[int] = []
@@ -672,6 +693,11 @@ class Session:
         call_id = self._next_call
         self._next_call += 1
         try:
+            if versioned:
+                for slot in versioned:
+                    storage = slot.ref()
+                    if storage is not None:
+                        slot.nbytes = storage.nbytes()
             handles = engine.apply(
                 call_id, info.name, [slot.handle for slot in inputs], buffers,
                 [slot.nbytes for slot in outputs], cost,
