@@ -154,6 +154,25 @@ def test_no_grad_evaluation_inside_the_context():
     check(program)
 
 
+def test_evaluation_keeps_pytorchs_fused_fast_paths():
+    """`nn.MultiheadAttention` and `nn.TransformerEncoderLayer` take a fused
+    path in evaluation unless a torch function mode is active; its results
+    differ from the slow path's in the last bits."""
+    torch.manual_seed(0)
+    encoder = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2).eval()
+    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+
+    def program():
+        x = torch.randn(16, 128, 64)
+        with torch.no_grad():
+            fill = pressure(x, 12)
+            out = [encoder(x), attention(x, x, x, need_weights=False)[0]]
+            return out, fill[1].sum(), fill[-1].sum()
+
+    check(program, limit=3 * MiB, remats=False)
+
+
 def test_gradient_accumulation_over_micro_batches():
     torch.manual_seed(0)
     model = mlp()
