@@ -410,6 +410,25 @@ def test_parameters_created_inside_the_context():
     check(program, limit=8 * MiB)
 
 
+def test_lazy_modules_materialised_inside_the_context():
+    """An uninitialised lazy parameter (a tensor subclass whose `.shape`
+    raises) reaches ATen when its first forward materialises it."""
+    def program():
+        m = torch.nn.Sequential(torch.nn.LazyLinear(128), torch.nn.GELU(),
+                                torch.nn.LazyLinear(128), torch.nn.Dropout(0.1))
+        x = torch.randn(1024, 64)
+        m(x)  # the dry run that materialises the parameters
+        optimizer = torch.optim.Adam(m.parameters())
+        for _ in range(2):
+            h = m(x)
+            (pressure(h, 6)[-1].sum() + h.square().sum()).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return [p.detach().clone() for p in m.parameters()]
+
+    check(program, remats=False)
+
+
 def test_a_leaf_made_inside_is_trained_and_read_after():
     def program():
         w = torch.randn(512, 512, requires_grad=True)

@@ -49,6 +49,9 @@ except ImportError:  # pragma: no cover - depends on the installed torch
     ModuleTracker = None
 
 _Tensor = torch.Tensor
+_TensorBase = torch._C.TensorBase
+_Parameter = torch.nn.Parameter
+_NO_SUBCLASS_FUNCTION = torch._C.DisableTorchFunctionSubclass
 _STRIDED = torch.strided
 _SEQUENCES = (list, tuple)
 _perf_ns = time.perf_counter_ns
@@ -91,10 +94,19 @@ class _Arg:
 
     def __init__(self, index: int, tensor: _Tensor) -> None:
         self.index = index
-        self.dtype = tensor.dtype
-        self.size = tuple(tensor.shape)
-        self.stride = tensor.stride()
-        self.offset = tensor.storage_offset()
+        if type(tensor) is _Tensor or type(tensor) is _Parameter:
+            self.dtype = tensor.dtype
+            self.size = tuple(tensor.shape)
+            self.stride = tensor.stride()
+            self.offset = tensor.storage_offset()
+            return
+        # A subclass may override the metadata (an uninitialised lazy
+        # parameter raises on `.shape`): the tensor's own, as ATen sees it.
+        with _NO_SUBCLASS_FUNCTION():
+            self.dtype = _TensorBase.dtype.__get__(tensor)
+            self.size = tuple(_TensorBase.size(tensor))
+            self.stride = _TensorBase.stride(tensor)
+            self.offset = _TensorBase.storage_offset(tensor)
 
     def over(self, storage: torch.UntypedStorage) -> _Tensor:
         empty = torch.empty((0,), dtype=self.dtype, device=storage.device)
