@@ -183,6 +183,8 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         session = self.session
+        if not session._guards_host_reads:
+            return session._dispatch(func, args, kwargs or {})
         # Host reads made by the op itself (a kernel written in Python) are
         # the op's: its inputs are resident.
         session._busy += 1
