@@ -763,15 +763,17 @@ class Session:
             buffers = [slot.buf for slot in fresh]
         call_id = self._next_call
         self._next_call += 1
+        # A new version has the storage's size after the op (`resize_`, and
+        # `out=` arguments the kernel grew, change it).
+        sizes = [slot.nbytes for slot in fresh]
+        if versioned:
+            for slot in versioned:
+                storage = slot.ref()
+                sizes.append(storage.nbytes() if storage is not None else slot.nbytes)
         try:
-            if versioned:
-                for slot in versioned:
-                    storage = slot.ref()
-                    if storage is not None:
-                        slot.nbytes = storage.nbytes()
             handles = engine.apply(
                 call_id, info.name, [slot.handle for slot in inputs], buffers,
-                [slot.nbytes for slot in outputs], cost,
+                sizes, cost,
                 self._module() if self._modules is not None else None,
             )
         except BaseException as error:
@@ -787,9 +789,11 @@ class Session:
             slot.handle = handle
             slot_of_handle[handle] = slot
         if versioned:
-            for slot, buf, handle in zip(versioned, new_versions, handles[len(fresh):]):
+            for slot, buf, handle, nbytes in zip(versioned, new_versions, handles[len(fresh):],
+                                                 sizes[len(fresh):]):
                 slot.buf.owns = False  # the old version's value is overwritten
                 slot.buf = buf
+                slot.nbytes = nbytes
                 old, slot.handle = slot.handle, handle
                 del slot_of_handle[old]
                 slot_of_handle[handle] = slot
