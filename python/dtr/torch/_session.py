@@ -32,12 +32,12 @@ queued and handed to the engine at the next op, never re-entering it.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from .. import OutOfMemory, _native
@@ -49,6 +49,9 @@ except ImportError:  # pragma: no cover - depends on the installed torch
     ModuleTracker = None
 
 _Tensor = torch.Tensor
+_TensorBase = torch._C.TensorBase
+_Parameter = torch.nn.Parameter
+_NO_SUBCLASS_FUNCTION = torch._C.DisableTorchFunctionSubclass
 _STRIDED = torch.strided
 _SEQUENCES = (list, tuple)
 _perf_ns = time.perf_counter_ns
@@ -91,10 +94,19 @@ class _Arg:
 
     def __init__(self, index: int, tensor: _Tensor) -> None:
         self.index = index
-        self.dtype = tensor.dtype
-        self.size = tuple(tensor.shape)
-        self.stride = tensor.stride()
-        self.offset = tensor.storage_offset()
+        if type(tensor) is _Tensor or type(tensor) is _Parameter:
+            self.dtype = tensor.dtype
+            self.size = tuple(tensor.shape)
+            self.stride = tensor.stride()
+            self.offset = tensor.storage_offset()
+            return
+        # A subclass may override the metadata (an uninitialised lazy
+        # parameter raises on `.shape`): the tensor's own, as ATen sees it.
+        with _NO_SUBCLASS_FUNCTION():
+            self.dtype = _TensorBase.dtype.__get__(tensor)
+            self.size = tuple(_TensorBase.size(tensor))
+            self.stride = _TensorBase.stride(tensor)
+            self.offset = _TensorBase.storage_offset(tensor)
 
     def over(self, storage: torch.UntypedStorage) -> _Tensor:
         empty = torch.empty((0,), dtype=self.dtype, device=storage.device)
@@ -164,9 +176,6 @@ def _generator(args: tuple, kwargs: dict) -> torch.Generator:
     return torch.default_generator
 
 
-_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
-
-
 class _Mode(TorchDispatchMode):
     def __init__(self, session: "Session") -> None:
         super().__init__()
@@ -174,34 +183,91 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         session = self.session
-        if session._host_access_mode is None:
+        if not session._guards_host_reads:
             return session._dispatch(func, args, kwargs or {})
-        # The session's own tensor calls skip _HostAccess (backward runs
-        # ops with it active).
-        with _NO_TORCH_FUNCTION():
+        # Host reads made by the op itself (a kernel written in Python) are
+        # the op's: its inputs are resident.
+        session._busy += 1
+        try:
             return session._dispatch(func, args, kwargs or {})
+        finally:
+            session._busy -= 1
 
+
+# The storage of a tensor, by the method itself: `Tensor.untyped_storage`
+# is wrapped while a budget is open (below), and the session's own lookups
+# are no host reads.
+_storage_of = torch._C.TensorBase.untyped_storage
 
 # Tensor methods that read (False) or hand out (True) a storage's memory
-# without an ATen op, so the dispatch mode never sees them.
-_HOST_ACCESS = {_Tensor.tolist: False, _Tensor.numpy: True, _Tensor.__array__: True,
-                _Tensor.__dlpack__: True, _Tensor.data_ptr: True}
+# without an ATen op, so the dispatch mode never sees them. The storage
+# object itself is memory handed out: `torch.save` (pickling), `bytes()`,
+# `.tolist()` of a storage and NumPy's buffer read it later, after other ops
+# may have run, so a tensor whose storage is taken stays resident for good.
+# `copy.deepcopy` copies the storage at once (its `copy_` is an op).
+_HOST_ACCESS = {"tolist": False, "numpy": True, "__array__": True, "__dlpack__": True,
+                "data_ptr": True, "untyped_storage": True, "storage": True,
+                "_typed_storage": True, "__deepcopy__": False}
 
 
-class _HostAccess(TorchFunctionMode):
-    """Makes evicted storages resident before the host reads them, and pins
-    for good the ones whose memory it takes (a NumPy array, a pointer):
-    eviction would free memory the host still uses."""
+class _HostReads:
+    """While a budget session is open, ``torch.Tensor``'s host-access methods
+    are wrapped: an evicted storage is made resident before the host reads
+    it, and one whose memory the host takes (a NumPy array, a pointer, the
+    storage object) is pinned for good, since eviction would free memory the
+    host still uses.
 
-    def __init__(self, session: "Session") -> None:
-        super().__init__()
-        self.session = session
+    Wrapped methods, not a ``TorchFunctionMode``: any torch function mode
+    makes ``has_torch_function`` true, and PyTorch then skips its fused fast
+    paths (``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` in
+    evaluation), whose results differ in the last bits from the slow ones."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        keep = _HOST_ACCESS.get(func)
-        if keep is not None and args and isinstance(args[0], _Tensor):
-            self.session._host_access(args[0], keep)
-        return func(*args, **(kwargs or {}))
+    sessions: List["Session"] = []
+    saved: Dict[str, Any] = {}
+    local = threading.local()
+
+    @classmethod
+    def enter(cls, session: "Session") -> None:
+        if not cls.sessions:
+            for name, keep in _HOST_ACCESS.items():
+                cls.saved[name] = _Tensor.__dict__.get(name)
+                setattr(_Tensor, name, cls._wrap(getattr(_Tensor, name), keep))
+        cls.sessions.append(session)
+
+    @classmethod
+    def exit(cls, session: "Session") -> None:
+        if session in cls.sessions:
+            cls.sessions.remove(session)
+        if not cls.sessions:
+            for name, original in cls.saved.items():
+                if original is None:
+                    delattr(_Tensor, name)  # it was inherited from TensorBase
+                else:
+                    setattr(_Tensor, name, original)
+            cls.saved.clear()
+
+    @classmethod
+    def _wrap(cls, original, keep: bool):
+        sessions = cls.sessions
+        local = cls.local
+
+        def method(self, *args, **kwargs):
+            # Only the outermost: `__deepcopy__` reads the storage through
+            # `_typed_storage` and copies it at once; nothing is handed out.
+            if getattr(local, "depth", 0):
+                return original(self, *args, **kwargs)
+            for session in reversed(sessions):
+                session._host_access(self, keep)
+            local.depth = 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                local.depth = 0
+
+        method.__name__ = getattr(original, "__name__", "method")
+        method.__doc__ = getattr(original, "__doc__", None)
+        method.__wrapped__ = original
+        return method
 
 
 class Session:
@@ -233,7 +299,9 @@ class Session:
         self._recording = budget_bytes is not None
         self._mode = _Mode(self)
         # Only a budget evicts: unbounded sessions need no guard on host reads.
-        self._host_access_mode = _HostAccess(self) if budget_bytes is not None else None
+        self._guards_host_reads = budget_bytes is not None
+        self._thread = threading.get_ident()
+        self._busy = 0  # inside an op: host reads are the op's own
         # Writing a trace: where, what exists from its start, and which
         # module each op runs in.
         self._trace_path = trace_path
@@ -251,15 +319,16 @@ class Session:
                 self._track(tensor)
             if ModuleTracker is not None:
                 self._modules = ModuleTracker().__enter__()
-        if self._host_access_mode is not None:
-            self._host_access_mode.__enter__()
+        self._thread = threading.get_ident()
+        if self._guards_host_reads:
+            _HostReads.enter(self)
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
-        if self._host_access_mode is not None:
-            self._host_access_mode.__exit__(*exc)
+        if self._guards_host_reads:
+            _HostReads.exit(self)
         if self._modules is not None:
             self._modules.__exit__(*exc)
             self._modules = None
@@ -329,7 +398,7 @@ class Session:
             self.device = device
         if tensor.layout is not _STRIDED:
             return None
-        storage = tensor.untyped_storage()
+        storage = _storage_of(tensor)
         slot = self._slots.get(storage._cdata)
         if slot is None:
             slot = self._new_slot(storage)
@@ -341,6 +410,21 @@ class Session:
             if tensor.requires_grad and tensor.is_leaf:
                 self._grad_hooks.append(tensor.register_post_accumulate_grad_hook(self._pin_grad))
         return slot
+
+    def _readopt(self, slot: _Slot, nbytes: int, op: str) -> int:
+        """A constant's storage changed size in place: the engine adopts it
+        again at its new size; returns the old tensor's handle, for the caller
+        to release once unpinned (releasing it frees nothing: the old buffer
+        no longer owns the storage)."""
+        old = slot.handle
+        slot.buf.owns = False
+        del self._slot_of_handle[old]
+        slot.nbytes = nbytes
+        slot.buf = _Buf(slot)
+        slot.handle = self._engine_call(self._engine.adopt, op, "counting a resized storage",
+                                        nbytes, slot.buf)
+        self._slot_of_handle[slot.handle] = slot
+        return old
 
     def _pin_grad(self, param: _Tensor) -> None:
         """A parameter's gradient is a constant from accumulation on: the
@@ -409,11 +493,19 @@ class Session:
                 self._made_constant(dependent)
 
     def _host_access(self, tensor: _Tensor, keep: bool) -> None:
-        """The host reads `tensor`'s memory (`keep`: and holds on to it)."""
-        if self._engine is None:
+        """The host reads `tensor`'s memory (`keep`: and holds on to it).
+        Tensors this session does not manage, and reads from other threads
+        (the session's dispatch mode is this thread's alone), are left be."""
+        if self._engine is None or self._busy or threading.get_ident() != self._thread:
+            return
+        if tensor.layout is not _STRIDED or tensor.device != self.device:
+            return
+        try:
+            key = _storage_of(tensor)._cdata
+        except (RuntimeError, NotImplementedError):  # no storage: the method says so itself
             return
         self._drain()
-        slot = self._track(tensor)
+        slot = self._slots.get(key)
         if slot is None:
             return
         with self._outside_dispatch(slot):
@@ -492,7 +584,7 @@ class Session:
         flat = _flatten(result, [])
         outputs = []
         for source, slot, handle in zip(call.sources, call.slots, call.handles):
-            fresh = flat[source].untyped_storage() if source >= 0 else storages[-1 - source]
+            fresh = _storage_of(flat[source]) if source >= 0 else storages[-1 - source]
             # Only an evicted current version takes the data back; for history,
             # or an output still resident (which the engine discards), the
             # fresh storage itself is the buffer.
@@ -629,6 +721,12 @@ class Session:
         start = _perf_ns()
         result = func(*args, **kwargs)
         cost = _perf_ns() - start
+        # `resize_`, `set_` and `out=` arguments can change the size of a
+        # storage written in place: the engine counts it at its new size.
+        for slot in constants_written:
+            storage = slot.ref()
+            if storage is not None and storage.nbytes() != slot.nbytes:
+                retired.append(self._readopt(slot, storage.nbytes(), info.name))
 
         fresh: List[_Slot] = []
         sources: List[int] = []
@@ -641,7 +739,7 @@ class Session:
                 if self.device is not None or value.device.type == "meta":
                     continue
                 self.device = value.device  # a factory op is the first to run
-            storage = value.untyped_storage()
+            storage = _storage_of(value)
             if storage._cdata in slots or storage.nbytes() == 0:
                 continue  # a view of an input, an in-place result, or empty
             fresh.append(self._new_slot(storage))
@@ -665,10 +763,17 @@ class Session:
             buffers = [slot.buf for slot in fresh]
         call_id = self._next_call
         self._next_call += 1
+        # A new version has the storage's size after the op (`resize_`, and
+        # `out=` arguments the kernel grew, change it).
+        sizes = [slot.nbytes for slot in fresh]
+        if versioned:
+            for slot in versioned:
+                storage = slot.ref()
+                sizes.append(storage.nbytes() if storage is not None else slot.nbytes)
         try:
             handles = engine.apply(
                 call_id, info.name, [slot.handle for slot in inputs], buffers,
-                [slot.nbytes for slot in outputs], cost,
+                sizes, cost,
                 self._module() if self._modules is not None else None,
             )
         except BaseException as error:
@@ -684,9 +789,11 @@ class Session:
             slot.handle = handle
             slot_of_handle[handle] = slot
         if versioned:
-            for slot, buf, handle in zip(versioned, new_versions, handles[len(fresh):]):
+            for slot, buf, handle, nbytes in zip(versioned, new_versions, handles[len(fresh):],
+                                                 sizes[len(fresh):]):
                 slot.buf.owns = False  # the old version's value is overwritten
                 slot.buf = buf
+                slot.nbytes = nbytes
                 old, slot.handle = slot.handle, handle
                 del slot_of_handle[old]
                 slot_of_handle[handle] = slot

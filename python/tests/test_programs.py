@@ -1,0 +1,470 @@
+"""Odd programs under dtr.torch.budget: each one runs stock, then under a
+budget small enough that it evicts, and must give bitwise the same values
+(and leave the global generator where stock PyTorch leaves it)."""
+
+import copy
+import gc
+import io
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import numpy as np  # noqa: E402
+
+import dtr  # noqa: E402
+import dtr.torch as dtr_torch  # noqa: E402
+
+MiB = 2**20
+N = MiB // 4  # floats in 1 MiB
+
+
+def same(expected, actual, where="result"):
+    """Bitwise equality of nested tensors, arrays, numbers, strings."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), where
+        assert expected.dtype == actual.dtype and expected.shape == actual.shape, where
+        assert torch.equal(expected, actual), f"{where}: values differ"
+    elif isinstance(expected, np.ndarray):
+        assert np.array_equal(expected, actual), f"{where}: values differ"
+    elif isinstance(expected, (list, tuple)):
+        assert len(expected) == len(actual), where
+        for k, (e, a) in enumerate(zip(expected, actual)):
+            same(e, a, f"{where}[{k}]")
+    elif isinstance(expected, dict):
+        assert expected.keys() == actual.keys(), where
+        for k in expected:
+            same(expected[k], actual[k], f"{where}[{k!r}]")
+    else:
+        assert expected == actual, f"{where}: {expected!r} != {actual!r}"
+
+
+def check(program, limit=6 * MiB, remats=True):
+    """Runs `program()` stock and under `budget(limit)` from the same seed;
+    returns the session."""
+    gc.collect()  # storages in cycles die at collections: let none fall inside
+    torch.manual_seed(0)
+    expected = program()
+    expected_after = torch.rand(4)
+    torch.manual_seed(0)
+    with dtr_torch.budget(limit) as session:
+        actual = program()
+        session.check()
+    actual_after = torch.rand(4)
+    same(expected, actual)
+    assert torch.equal(expected_after, actual_after), "the global generator was left elsewhere"
+    stats = session.stats()
+    assert stats["peak_bytes"] <= limit, stats
+    assert stats["evictions"] > 0, stats
+    if remats:
+        assert stats["rematerializations"] > 0, stats
+    return session
+
+
+def pressure(x, length=8):
+    """`length` tensors the size of `x`, each from the previous: pushes older ones out."""
+    out = [x]
+    for k in range(length):
+        out.append(out[-1] * 1.01 + k)
+    return out
+
+
+def mlp(width=128, depth=6, dropout=0.1):
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Dropout(dropout)]
+    return torch.nn.Sequential(*layers)
+
+
+def grads(model):
+    return [p.grad.clone() for p in model.parameters()]
+
+
+# ----- host reads ------------------------------------------------------------
+
+def test_item_tolist_and_printing_mid_step():
+    torch.manual_seed(0)
+    model = mlp()
+
+    def program():
+        m = copy.deepcopy(model)
+        x = torch.randn(1024, 128)
+        hidden = m[:9](x)
+        read = [hidden.sum().item(), hidden[0, :4].tolist(), str(hidden[:2, :3])]
+        out = m[9:](hidden)
+        read += [out.mean().item(), hidden[5, :3].tolist(), repr(hidden[3])]
+        out.square().mean().backward()
+        read.append(float(out[0, 0]))
+        return read, grads(m)
+
+    check(program)
+
+
+def test_numpy_of_storages_evicted_inside_the_context():
+    def program():
+        x = torch.randn(N)
+        values = pressure(x, 10)
+        arrays = [values[1].numpy().copy(), np.asarray(values[2][7:]).copy(),
+                  values[3].view(512, 512).t().numpy().copy(),
+                  torch.from_dlpack(values[4]).clone()]
+        more = pressure(values[-1], 6)
+        return arrays, [v.sum().item() for v in values], more[-1].sum().item()
+
+    check(program, limit=10 * MiB)
+
+
+def test_host_reads_of_evicted_storages_through_the_storage_itself():
+    """`torch.save`, `copy.deepcopy` and a storage handed out read memory without an op."""
+    def program():
+        x = torch.randn(N)
+        values = pressure(x, 10)
+        buffer = io.BytesIO()
+        torch.save(values[1], buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer)
+        copied = copy.deepcopy(values[2])
+        storage = values[3].untyped_storage()
+        pressure(values[-1], 6)
+        raw = torch.empty(0).set_(storage).clone()  # read after more ops ran
+        return loaded, copied, raw
+
+    check(program, remats=False)
+
+
+# ----- autograd ---------------------------------------------------------------
+
+def test_no_grad_evaluation_inside_the_context():
+    torch.manual_seed(0)
+    model = mlp()
+
+    def program():
+        m = copy.deepcopy(model)
+        optimizer = torch.optim.SGD(m.parameters(), lr=0.1)
+        x = torch.randn(1024, 128)
+        m.eval()
+        with torch.no_grad():
+            before = m(x)
+            spread = pressure(before, 4)[-1].sum()
+        m.train()
+        m(x).square().mean().backward()
+        optimizer.step()
+        with torch.inference_mode():
+            after = m(x)
+        return before, spread, after, grads(m)
+
+    check(program)
+
+
+def test_evaluation_keeps_pytorchs_fused_fast_paths():
+    """`nn.MultiheadAttention` and `nn.TransformerEncoderLayer` take a fused
+    path in evaluation unless a torch function mode is active; its results
+    differ from the slow path's in the last bits."""
+    torch.manual_seed(0)
+    encoder = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2).eval()
+    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+
+    def program():
+        x = torch.randn(16, 128, 64)
+        with torch.no_grad():
+            fill = pressure(x, 12)
+            out = [encoder(x), attention(x, x, x, need_weights=False)[0]]
+            return out, fill[1].sum(), fill[-1].sum()
+
+    check(program, limit=3 * MiB, remats=False)
+
+
+def test_gradient_accumulation_over_micro_batches():
+    torch.manual_seed(0)
+    model = mlp()
+
+    def program():
+        m = copy.deepcopy(model)
+        optimizer = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        losses = []
+        for step in range(2):
+            for micro in range(3):
+                loss = m(torch.randn(512, 128)).square().mean() / 3
+                loss.backward()
+                losses.append(loss.detach())
+            optimizer.step()
+            optimizer.zero_grad()
+        return losses, [p.detach().clone() for p in m.parameters()]
+
+    check(program)
+
+
+def test_retain_graph_and_a_second_backward():
+    torch.manual_seed(0)
+    model = mlp()
+
+    def program():
+        m = copy.deepcopy(model)
+        loss = m(torch.randn(1024, 128)).square().mean()
+        loss.backward(retain_graph=True)
+        first = grads(m)
+        (2 * loss).backward()
+        return first, grads(m)
+
+    check(program)
+
+
+def test_autograd_grad_and_double_backward():
+    torch.manual_seed(0)
+    model = mlp(dropout=0.0)
+
+    def program():
+        m = copy.deepcopy(model)
+        x = torch.randn(512, 128, requires_grad=True)
+        out = m(x).tanh().sum()
+        (gx,) = torch.autograd.grad(out, x, create_graph=True)
+        penalty = gx.square().sum()
+        params = list(m.parameters())
+        second = torch.autograd.grad(penalty, params[:4])
+        fill = pressure(gx.detach(), 4)[-1].sum()
+        return gx.detach(), second, fill
+
+    check(program, limit=8 * MiB)
+
+
+def test_hooks():
+    torch.manual_seed(0)
+    model = mlp()
+
+    def program():
+        m = copy.deepcopy(model)
+        seen = []
+        handles = [
+            m[0].register_forward_hook(lambda mod, inp, out: seen.append(out.sum().item())),
+            m[3].register_forward_pre_hook(lambda mod, inp: (inp[0] * 0.5,)),
+            m[6].register_full_backward_hook(
+                lambda mod, gin, gout: seen.append(gout[0].abs().sum().item())),
+        ]
+        x = torch.randn(1024, 128, requires_grad=True)
+        hidden = m[:4](x)
+        hidden.register_hook(lambda g: g * 2)
+        out = m[4:](hidden)
+        out.register_hook(lambda g: seen.append(g.norm().item()))
+        out.square().mean().backward()
+        for handle in handles:
+            handle.remove()
+        return seen, grads(m), x.grad
+
+    check(program)
+
+
+# Reentrant checkpointing runs the forward under no_grad, where dropout's
+# in-place mask writes make constants: it needs more room.
+@pytest.mark.parametrize("reentrant,limit", [(False, 5 * MiB), (True, 7 * MiB)])
+def test_torch_utils_checkpoint_inside_a_budget(reentrant, limit):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    model = mlp()
+
+    def program():
+        m = copy.deepcopy(model)
+        x = torch.randn(1024, 128, requires_grad=True)
+        h = x
+        for k in range(0, len(m), 3):
+            h = checkpoint(m[k:k + 3], h, use_reentrant=reentrant)
+        h.square().mean().backward()
+        return h.detach(), grads(m), x.grad
+
+    check(program, limit=limit)
+
+
+# ----- in-place ops, views, indexing ---------------------------------------------
+
+def test_in_place_writes_through_views():
+    def program():
+        w = torch.randn(512, 512, requires_grad=True)
+        x = w * 2
+        x[:, 0] += 1
+        x[3:7].mul_(3)
+        x.diagonal().zero_()
+        y = x.t()
+        y[1].sub_(0.5)
+        z = x * 1.5
+        z.t_()
+        z.add_(torch.arange(512.0))
+        as_strided = torch.as_strided(z, (256, 256), (1024, 2), 7)
+        as_strided.mul_(-1)
+        fill = pressure(z, 6)
+        loss = (x.square().sum() + z.sum() + fill[-1].sum())
+        loss.backward()
+        return x.detach(), z.detach(), w.grad
+
+    check(program)
+
+
+def test_indexing_and_masking_ops():
+    def program():
+        w = torch.randn(512, 512, requires_grad=True)
+        x = w.exp()
+        index = torch.randint(0, 512, (512, 512))
+        rows = torch.randint(0, 512, (64,))
+        y = torch.where(x > 1, x, -x)
+        y = y.index_put((rows,), torch.ones(64, 512), accumulate=True)
+        z = x.clone()
+        z.index_put_((rows, rows), torch.full((64,), 3.0))
+        z.masked_fill_(z < 0.5, 0.25)
+        s = torch.zeros(512, 512).scatter_add(1, index, x)
+        s2 = x.scatter(0, index[:10], 2.0)
+        g = x.gather(1, index)
+        r = torch.zeros(512, 512).scatter_reduce(1, index, x, "amax")
+        fill = pressure(g, 6)
+        loss = y.sum() + z.sum() + s.sum() + s2.sum() + g.sum() + r.sum() + fill[-1].sum()
+        loss.backward()
+        return [t.detach() for t in (y, z, s, s2, g, r)], w.grad
+
+    check(program, limit=10 * MiB)
+
+
+def test_non_contiguous_and_as_strided_inputs():
+    def program():
+        w = torch.randn(1024, 128, requires_grad=True)
+        a = (w * 3)[::2].t()  # non-contiguous
+        b = torch.as_strided(w.sin(), (128, 128), (3, 700), 11)
+        c = a.unsqueeze(0).expand(3, -1, -1)
+        d = (a @ a.t()) + b.sum()
+        e = c.permute(2, 0, 1).reshape(-1)
+        fill = pressure(d, 6)
+        loss = d.sum() + e.sum() + fill[-1].sum()
+        loss.backward()
+        return d.detach(), e.detach(), w.grad
+
+    check(program, limit=3 * MiB)
+
+
+def test_ops_returning_several_tensors():
+    def program():
+        w = torch.randn(512, 512, requires_grad=True)
+        x = w * 2
+        parts = x.unbind(0)[::64] + x.split(100, dim=1) + x.chunk(3)
+        values, indices = x.topk(5, dim=1)
+        ordered, order = x.sort(dim=0)
+        mx, arg = x.max(dim=1)
+        fill = pressure(ordered, 6)
+        loss = sum(p.sum() for p in parts) + values.sum() + ordered[:3].sum() + mx.sum()
+        loss = loss + fill[-1].sum()
+        loss.backward()
+        return [p.detach() for p in parts], values.detach(), indices, order, arg, w.grad
+
+    check(program)
+
+
+def test_random_ops_beyond_dropout():
+    def program():
+        g = torch.Generator().manual_seed(5)
+        w = torch.randn(512, 512, requires_grad=True)
+        a = torch.randn_like(w) + w
+        b = torch.bernoulli(torch.full((512, 512), 0.3)) * a
+        c = torch.rand(512, 512, generator=g).bernoulli() * b
+        picks = torch.multinomial(torch.rand(512, 512).softmax(1), 8, replacement=True)
+        d = torch.empty(512, 512).normal_() + c
+        e = torch.empty(512, 512).uniform_(-1, 1).exponential_() * d
+        perm = torch.randperm(512)
+        f = torch.nn.functional.dropout(e[perm], 0.3) + torch.randint(0, 5, (512, 512))
+        rr = torch.nn.functional.rrelu(f, training=True)
+        fill = pressure(rr, 6)
+        loss = rr.sum() + fill[-1].sum()
+        loss.backward()
+        return [t.detach() for t in (a, b, c, d, e, f, rr)], picks, perm, w.grad
+
+    check(program, limit=8 * MiB)
+
+
+def test_bf16_autocast_on_the_cpu():
+    torch.manual_seed(0)
+    model = mlp()
+
+    def program():
+        m = copy.deepcopy(model)
+        optimizer = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = m(torch.randn(1024, 128))
+                loss = out.float().square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return loss.detach(), [p.detach().clone() for p in m.parameters()]
+
+    check(program)
+
+
+def test_parameters_created_inside_the_context():
+    def program():
+        m = mlp()
+        optimizer = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        losses = []
+        for _ in range(2):
+            loss = m(torch.randn(1024, 128)).square().mean()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.detach())
+        return losses, [p.detach().clone() for p in m.parameters()]
+
+    check(program, limit=8 * MiB)
+
+
+def test_lazy_modules_materialised_inside_the_context():
+    """An uninitialised lazy parameter (a tensor subclass whose `.shape`
+    raises) reaches ATen when its first forward materialises it."""
+    def program():
+        m = torch.nn.Sequential(torch.nn.LazyLinear(128), torch.nn.GELU(),
+                                torch.nn.LazyLinear(128), torch.nn.Dropout(0.1))
+        x = torch.randn(1024, 64)
+        m(x)  # the dry run that materialises the parameters
+        optimizer = torch.optim.Adam(m.parameters())
+        for _ in range(2):
+            h = m(x)
+            (pressure(h, 6)[-1].sum() + h.square().sum()).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return [p.detach().clone() for p in m.parameters()]
+
+    check(program, remats=False)
+
+
+def test_a_leaf_made_inside_is_trained_and_read_after():
+    def program():
+        w = torch.randn(512, 512, requires_grad=True)
+        optimizer = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+        for _ in range(2):
+            loss = pressure(w.tanh(), 8)[-1].sum()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return w.detach().clone()
+
+    check(program)
+
+
+def test_storages_resized_in_place_are_counted_at_their_new_size():
+    def program():
+        x = torch.randn(N)
+        values = pressure(x, 8)
+        y = values[2] * 1
+        y.resize_(2 * N)  # grows the storage in place
+        y[N:] = 1.0
+        out = torch.empty(0)
+        torch.mul(values[3], 2, out=out)  # the kernel resizes `out`
+        z = torch.empty(0)
+        z.set_(values[4].untyped_storage(), 0, (N,), (1,))
+        fill = pressure(values[-1], 6)
+        return y.clone(), out.clone(), z.clone(), fill[-1].sum()
+
+    check(program, limit=8 * MiB)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad), dtr_torch.budget(64 * MiB) as session:
+            y = torch.randn(N) * 1
+            y.resize_(2 * N)
+            y.fill_(1.0)
+            out = torch.empty(0)
+            torch.mul(y, 2, out=out)
+            # y and out hold 2 MiB each now (counted before as 1 MiB and 0).
+            assert session.stats()["in_use_bytes"] >= 4 * MiB, (grad, session.stats())
+            session.check()
