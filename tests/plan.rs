@@ -2,6 +2,8 @@
 //! planned offsets, with the same recomputations; a plan that does not
 //! match its program is an error, not a wrong run.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -161,16 +163,11 @@ fn plan_then_replay_from_the_command_line() {
 
 #[test]
 fn plans_of_the_authors_logs_are_followed_exactly() {
-    let dir = std::env::var_os("DTR_PROTOTYPE_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
-        });
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("SKIPPED: ../shared/traces/dtr-prototype is not beside the project (set DTR_PROTOTYPE_TRACES)");
+    let Some(dir) = common::prototype_traces() else {
         return;
     };
-    let mut logs: Vec<PathBuf> = entries
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .collect();

@@ -1,25 +1,19 @@
 //! Agreement with the DTR authors' simulator on their 8 logs.
 //!
 //! Needs `../shared/traces/dtr-prototype` beside the project (or the path in
-//! `DTR_PROTOTYPE_TRACES`); without it each test says it skipped and passes.
+//! `DTR_PROTOTYPE_TRACES`); without it each test says it skipped and passes,
+//! except under CI (`CI=true`), where it fails.
 //! For every heuristic and ratio of each `reference/*.txt` (counter memory,
 //! full scan): the same baseline, the same status, and overhead within 1%
 //! (relative) on the cells that completed.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 
 use dtr::trace::replay::{baseline, replay, Kernels, ReplayStatus};
 use dtr::trace::{simrd, Trace};
 use dtr::{Config, Interpreter, SimulatorBackend};
-
-fn traces_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("DTR_PROTOTYPE_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
-        });
-    dir.join("reference").is_dir().then_some(dir)
-}
 
 /// The authors' heuristic names and ours.
 fn heuristic(reference_name: &str) -> &'static str {
@@ -44,8 +38,7 @@ fn status(reference: &str) -> ReplayStatus {
 }
 
 fn check_log(prefix: &str) {
-    let Some(dir) = traces_dir() else {
-        eprintln!("SKIPPED: ../shared/traces/dtr-prototype is not beside the project (set DTR_PROTOTYPE_TRACES)");
+    let Some(dir) = common::prototype_traces() else {
         return;
     };
     let log = std::fs::read_dir(&dir)
@@ -145,8 +138,7 @@ agreement_tests! {
 /// 1,0.9,…,0.2 --memory counter` as it was before (wall times aside).
 #[test]
 fn the_counter_sweep_over_the_authors_logs_is_unchanged() {
-    let Some(dir) = traces_dir() else {
-        eprintln!("SKIPPED: ../shared/traces/dtr-prototype is not beside the project (set DTR_PROTOTYPE_TRACES)");
+    let Some(dir) = common::prototype_traces() else {
         return;
     };
     let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)

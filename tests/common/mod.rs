@@ -1,0 +1,27 @@
+//! What several integration tests share.
+
+use std::path::{Path, PathBuf};
+
+/// The DTR authors' logs: `DTR_PROTOTYPE_TRACES`, else
+/// `../shared/traces/dtr-prototype` beside the project. A user's clone does
+/// not have them: then the test says it skipped. Under CI (`CI=true`),
+/// where they must be, their absence fails the test.
+pub fn prototype_traces() -> Option<PathBuf> {
+    let dir = std::env::var_os("DTR_PROTOTYPE_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
+        });
+    if dir.join("reference").is_dir() {
+        return Some(dir);
+    }
+    let why = format!(
+        "the DTR authors' logs are not in {} (set DTR_PROTOTYPE_TRACES)",
+        dir.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true, but {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
