@@ -221,6 +221,14 @@ pub const POLICIES: &[PolicyEntry] = &[
     },
 ];
 
+/// Heuristics accepted by name but listed nowhere: slow references that
+/// tests check the fast ones against, decision for decision.
+const REFERENCES: &[PolicyEntry] = &[PolicyEntry::heuristic(
+    "dtr-eq-walk",
+    "h_DTR_eq by walking the graph for every score: the reference for `dtr-eq`'s cache",
+    |_| Box::new(dtr_eq::DtrEq::walking()),
+)];
+
 /// The heuristic used when none is named, everywhere (library, CLI,
 /// Python): h_DTR, the paper's heuristic, exact and cached. `dtr-eq` is
 /// its approximation for very large or long-evicted graphs.
@@ -233,7 +241,7 @@ pub fn heuristic_names() -> impl Iterator<Item = &'static str> {
 
 /// The entry of the heuristic called `name`.
 pub fn heuristic(name: &str) -> Result<&'static PolicyEntry> {
-    match POLICIES.iter().find(|p| p.name == name) {
+    match POLICIES.iter().chain(REFERENCES).find(|p| p.name == name) {
         Some(entry) if entry.is_heuristic() => Ok(entry),
         Some(entry) => Err(Error::InvalidArgument(format!(
             "`{name}` is not an eviction heuristic but a static schedule, usable in: {}",
