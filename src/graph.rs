@@ -5,7 +5,7 @@
 use slotmap::{new_key_type, SlotMap};
 use smallvec::SmallVec;
 
-use crate::ops::{Op, Signature};
+use crate::ops::{Op, OutputsInterner, Signature};
 use crate::shape::Layout;
 
 new_key_type! {
@@ -95,6 +95,8 @@ pub struct Graph {
     /// The sum of the cost of every op run so far (rematerialisations
     /// included), starting at 1.
     pub clock: u64,
+    /// The distinct outputs of the nodes' signatures, shared among nodes.
+    pub interned_outputs: OutputsInterner,
 }
 
 impl Graph {

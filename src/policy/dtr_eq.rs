@@ -99,16 +99,34 @@ impl DtrEq {
     }
 }
 
-impl Heuristic for DtrEq {
-    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+impl DtrEq {
+    /// `m(s) · stale(s)`, `m(s)` with the adjacent free bytes for `dte`.
+    fn denominator(&self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let graph = view.graph;
         let mut size = graph.storages[storage].bytes;
         if self.fragmentation_aware {
             size = size.saturating_add(view.free_neighbours(storage));
         }
-        let denominator = size as f64 * graph.staleness(storage) as f64;
+        size as f64 * graph.staleness(storage) as f64
+    }
+}
+
+impl Heuristic for DtrEq {
+    fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let denominator = self.denominator(storage, view);
         if denominator > 0.0 {
-            self.neighbourhood_cost(storage, graph) as f64 / denominator
+            self.neighbourhood_cost(storage, view.graph) as f64 / denominator
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// `c0(s) / (m(s) · stale(s))`: the neighbourhood only adds cost, and
+    /// rounding is monotone, so the score is never lower.
+    fn lower_bound(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let denominator = self.denominator(storage, view);
+        if denominator > 0.0 {
+            view.graph.storages[storage].cost as f64 / denominator
         } else {
             f64::INFINITY
         }

@@ -58,6 +58,14 @@ pub trait Heuristic: Send {
     /// nothing else". `&mut` so a heuristic may keep scratch space.
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64;
 
+    /// A value that [`Heuristic::score`] of `storage` is never below, and
+    /// that is cheaper to find: candidates whose bound is already above the
+    /// best score of a search are not scored. Only a true lower bound keeps
+    /// the choices the same.
+    fn lower_bound(&mut self, _storage: StorageId, _view: &PolicyView<'_>) -> f64 {
+        f64::NEG_INFINITY
+    }
+
     /// What to evict to make room for an allocation of `request` bytes
     /// that does not fit. The default is the lowest-scoring candidate that
     /// `search` finds; policies that reason about address ranges override it.
@@ -69,7 +77,13 @@ pub trait Heuristic: Send {
         search: &mut CandidateSearch,
     ) -> Victims {
         self.before_scoring(view.graph);
-        match search.lowest(pool, |storage| self.score(storage, view)) {
+        let found = search.lowest(pool, |storage, best| {
+            if best.is_some_and(|best| self.lower_bound(storage, view) > best) {
+                return None;
+            }
+            Some(self.score(storage, view))
+        });
+        match found {
             Some(storage) => smallvec![storage],
             None => SmallVec::new(),
         }

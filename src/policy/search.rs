@@ -45,15 +45,20 @@ impl CandidateSearch {
     }
 
     /// The candidate with the lowest score: the last one on ties, and a
-    /// score of 0 ends the search (nothing can be lower).
+    /// score of 0 ends the search (nothing can be lower). `score` gets the
+    /// lowest score so far and may answer `None` for a candidate whose
+    /// score it knows to be above it (it could not be chosen); the
+    /// candidates drawn, and so the choice, are the same either way.
     pub fn lowest(
         &mut self,
         pool: &CandidatePool,
-        mut score: impl FnMut(StorageId) -> f64,
+        mut score: impl FnMut(StorageId, Option<f64>) -> Option<f64>,
     ) -> Option<StorageId> {
         let mut best: Option<(f64, StorageId)> = None;
         let mut consider = |storage: StorageId| {
-            let s = score(storage);
+            let Some(s) = score(storage, best.map(|(b, _)| b)) else {
+                return false;
+            };
             if best.is_none_or(|(b, _)| s <= b) {
                 best = Some((s, storage));
             }
