@@ -15,8 +15,10 @@ const OPS: usize = 200_000;
 /// `chain`: each op consumes the previous result, so every dropped tensor
 /// stays as history of the live one (the graph grows by one node per op;
 /// with eager eviction each `del` also evicts). Otherwise every op reads the
-/// same put and its result is freed outright.
-fn interpreter_ns_per_op(chain: bool, eager_eviction: bool) -> f64 {
+/// same put and its result is freed outright. `live` more tensors (a put
+/// and a chain of the op from it, eviction candidates all) are held
+/// throughout, so the cost can be seen not to grow with their number.
+fn interpreter_ns_per_op(chain: bool, eager_eviction: bool, live: usize) -> f64 {
     let config = Config::default().with_eager_eviction(eager_eviction);
     let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
     let x = dtr.put(&[0.0; 16], &[16]).unwrap();
@@ -24,6 +26,16 @@ fn interpreter_ns_per_op(chain: bool, eager_eviction: bool) -> f64 {
         op: ScalarOp::Add,
         value: 1.0,
     };
+    // A chain of their own, so that `x` keeps its few readers.
+    let mut held = Vec::with_capacity(live);
+    if live > 0 {
+        held.push(dtr.put(&[0.0; 16], &[16]).unwrap());
+    }
+    while held.len() < live {
+        let last = *held.last().expect("not empty");
+        held.push(dtr.apply1(op.clone(), &[last]).unwrap());
+    }
+    assert_eq!(dtr.tracked_tensors(), live + 1);
     let started = Instant::now();
     let mut previous = dtr.apply1(op.clone(), &[x]).unwrap();
     for _ in 1..OPS {
@@ -33,7 +45,9 @@ fn interpreter_ns_per_op(chain: bool, eager_eviction: bool) -> f64 {
         dtr.del(previous).unwrap();
         previous = next;
     }
-    started.elapsed().as_secs_f64() * 1e9 / OPS as f64
+    let ns = started.elapsed().as_secs_f64() * 1e9 / OPS as f64;
+    drop(held);
+    ns
 }
 
 /// Nanoseconds per eager op (handle bookkeeping and drop included), with
@@ -89,8 +103,8 @@ fn mlp_steps(budget: Option<u64>, steps: usize) -> (f64, u64) {
 }
 
 fn main() {
-    println!("| what | ns per op |");
-    println!("|---|---:|");
+    println!("| what | ns per op | with 10⁶ live tensors |");
+    println!("|---|---:|---:|");
     for (what, chain, eager) in [
         (
             "interpreter apply + del, freed at once (simulator)",
@@ -108,14 +122,18 @@ fn main() {
             true,
         ),
     ] {
-        println!("| {what} | {:.0} |", interpreter_ns_per_op(chain, eager));
+        println!(
+            "| {what} | {:.0} | {:.0} |",
+            interpreter_ns_per_op(chain, eager, 0),
+            interpreter_ns_per_op(chain, eager, 1_000_000)
+        );
     }
     println!(
-        "| eager Tensor op, no grad (simulator) | {:.0} |",
+        "| eager Tensor op, no grad (simulator) | {:.0} | |",
         eager_ns_per_op(false)
     );
     println!(
-        "| eager Tensor op, recording autograd (simulator) | {:.0} |",
+        "| eager Tensor op, recording autograd (simulator) | {:.0} | |",
         eager_ns_per_op(true)
     );
     let (unbounded, peak) = mlp_steps(None, 5);

@@ -5,7 +5,7 @@
 use slotmap::{new_key_type, SlotMap};
 use smallvec::SmallVec;
 
-use crate::ops::{Op, Signature};
+use crate::ops::{Op, OutputsInterner, Signature};
 use crate::shape::Layout;
 
 new_key_type! {
@@ -95,6 +95,8 @@ pub struct Graph {
     /// The sum of the cost of every op run so far (rematerialisations
     /// included), starting at 1.
     pub clock: u64,
+    /// The distinct outputs of the nodes' signatures, shared among nodes.
+    pub interned_outputs: OutputsInterner,
 }
 
 impl Graph {
@@ -116,25 +118,38 @@ impl Graph {
     /// of the live ops that read them (children).
     pub fn evicted_neighbours(&self, storage: StorageId) -> SmallVec<[StorageId; 8]> {
         let mut found: SmallVec<[StorageId; 8]> = SmallVec::new();
-        let mut visit = |s: StorageId| {
-            if s != storage && self.storages[s].is_evicted() && !found.contains(&s) {
+        self.for_each_neighbour(storage, |s| {
+            if self.storages[s].is_evicted() && !found.contains(&s) {
                 found.push(s);
             }
-        };
+        });
+        found
+    }
+
+    /// Calls `visit` with the storage of every input of the ops that made
+    /// `storage`'s tensors and of every output of the live ops that read
+    /// them, in that order, other than `storage` itself; a storage met
+    /// through several edges is visited once per edge.
+    pub fn for_each_neighbour(&self, storage: StorageId, mut visit: impl FnMut(StorageId)) {
         for &t in &self.storages[storage].tensors {
             let info = &self.tensors[t];
             if let Some((node, _)) = info.producer {
                 for &input in &self.nodes[node].inputs {
-                    visit(self.tensors[input].storage);
+                    let s = self.tensors[input].storage;
+                    if s != storage {
+                        visit(s);
+                    }
                 }
             }
             for &node in &info.consumers {
                 for output in self.nodes[node].outputs.iter().flatten() {
-                    visit(self.tensors[*output].storage);
+                    let s = self.tensors[*output].storage;
+                    if s != storage {
+                        visit(s);
+                    }
                 }
             }
         }
-        found
     }
 
     /// Recomputes `c0` of a storage after its set of tensors changed.

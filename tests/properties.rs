@@ -329,6 +329,18 @@ proptest! {
     ) {
         cached_dtr_against_walk(&program, budget_fraction, eager, retain)?;
     }
+
+    /// `dtr-eq` with its cached neighbour lists decides exactly as the
+    /// graph-walking reference.
+    #[test]
+    fn cached_dtr_eq_decides_like_the_walk(
+        program in prop::collection::vec(step(), 1..80),
+        budget_fraction in 0.05f64..1.0,
+        eager in any::<bool>(),
+        retain in any::<bool>(),
+    ) {
+        cached_against_walk(("dtr-eq", "dtr-eq-walk"), &program, budget_fraction, eager, retain)?;
+    }
 }
 
 /// Runs `program` under `dtr` and under the `dtr-walk` reference at the same
@@ -339,15 +351,26 @@ fn cached_dtr_against_walk(
     eager: bool,
     retain: bool,
 ) -> Result<(), TestCaseError> {
+    cached_against_walk(("dtr", "dtr-walk"), program, budget_fraction, eager, retain)
+}
+
+/// Runs `program` under a cached heuristic and its walking reference.
+fn cached_against_walk(
+    (fast, reference): (&str, &str),
+    program: &[Step],
+    budget_fraction: f64,
+    eager: bool,
+    retain: bool,
+) -> Result<(), TestCaseError> {
     let base = Config::default()
         .with_eager_eviction(eager)
         .with_retained_history(retain)
         .with_events(true);
-    let mut unbounded = Runner::new(base.clone().with_heuristic("dtr"));
+    let mut unbounded = Runner::new(base.clone().with_heuristic(fast));
     unbounded.run(program);
     let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
-    let mut cached = Runner::new(base.clone().with_heuristic("dtr").with_budget_bytes(budget));
-    let mut walk = Runner::new(base.with_heuristic("dtr-walk").with_budget_bytes(budget));
+    let mut cached = Runner::new(base.clone().with_heuristic(fast).with_budget_bytes(budget));
+    let mut walk = Runner::new(base.with_heuristic(reference).with_budget_bytes(budget));
     let (a, b) = (cached.run(program), walk.run(program));
     prop_assert_eq!(a, b);
     prop_assert_eq!(cached.dtr.events(), walk.dtr.events());

@@ -547,8 +547,9 @@ impl<B: Backend> Interpreter<B> {
         &mut self,
         op: Op,
         inputs: &[TensorId],
-        signature: crate::ops::Signature,
+        mut signature: crate::ops::Signature,
     ) -> NodeId {
+        signature.outputs = self.graph.interned_outputs.intern(signature.outputs);
         let outputs = signature.outputs.clone();
         let node = self.graph.nodes.insert(OpNode {
             op,
@@ -556,7 +557,7 @@ impl<B: Backend> Interpreter<B> {
             outputs: smallvec![None; outputs.len()],
             signature,
         });
-        for (k, spec) in outputs.into_iter().enumerate() {
+        for (k, spec) in outputs.iter().enumerate() {
             let bytes = spec.bytes();
             let storage = match spec.alias_of {
                 Some(i) => self.graph.tensors[inputs[i]].storage,
@@ -576,7 +577,7 @@ impl<B: Backend> Interpreter<B> {
             let tensor = self.graph.tensors.insert(TensorInfo {
                 producer: Some((node, k)),
                 storage,
-                layout: spec.layout,
+                layout: spec.layout.clone(),
                 defined: false,
                 user_refs: 1,
                 consumers: SmallVec::new(),

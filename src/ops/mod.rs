@@ -9,7 +9,7 @@
 
 mod signature;
 
-pub use signature::{OutputSpec, Signature, ELEMENT_BYTES};
+pub use signature::{OutputSpec, Outputs, OutputsInterner, Signature, ELEMENT_BYTES};
 
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;

@@ -1,6 +1,9 @@
 //! Shape inference and cost estimates for every [`Op`].
 
-use smallvec::{smallvec, SmallVec};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use super::{Op, ReduceOp, Window2d};
 use crate::error::{Error, Result};
@@ -10,7 +13,7 @@ use crate::shape::{broadcast_dims, broadcast_layout, checked_numel, resolve_axis
 pub const ELEMENT_BYTES: u64 = 4;
 
 /// What one output of an op is.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OutputSpec {
     /// For a fresh storage, a contiguous layout; for a view, its layout inside
     /// the aliased input's storage.
@@ -46,10 +49,79 @@ impl OutputSpec {
     }
 }
 
+/// The outputs of a signature: immutable and shared, so that the many ops
+/// of a program with equal outputs (every layer of a chain, every step of a
+/// training loop) hold one copy (see [`Outputs::intern`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Outputs(Arc<[OutputSpec]>);
+
+/// The distinct [`Outputs`] in use, each held once.
+#[derive(Debug, Default)]
+pub struct OutputsInterner {
+    set: HashSet<Outputs>,
+    /// Sweep out the copies no one else holds when the set reaches this size.
+    sweep_at: usize,
+}
+
+impl OutputsInterner {
+    /// The held copy equal to `outputs`, or `outputs` itself, now held.
+    /// Copies that only the interner holds are swept out once the set has
+    /// doubled since the last sweep (amortised O(1) per call).
+    pub fn intern(&mut self, outputs: Outputs) -> Outputs {
+        if let Some(existing) = self.set.get(&outputs) {
+            return existing.clone();
+        }
+        if self.set.len() >= self.sweep_at.max(1024) {
+            self.set.retain(|o| Arc::strong_count(&o.0) > 1);
+            self.sweep_at = 2 * self.set.len();
+        }
+        self.set.insert(outputs.clone());
+        outputs
+    }
+
+    /// Distinct outputs held.
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+}
+
+impl std::ops::Deref for Outputs {
+    type Target = [OutputSpec];
+
+    fn deref(&self) -> &[OutputSpec] {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Outputs {
+    type Item = &'a OutputSpec;
+    type IntoIter = std::slice::Iter<'a, OutputSpec>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<OutputSpec> for Outputs {
+    fn from_iter<I: IntoIterator<Item = OutputSpec>>(iter: I) -> Outputs {
+        Outputs(iter.into_iter().collect())
+    }
+}
+
+impl From<SmallVec<[OutputSpec; 2]>> for Outputs {
+    fn from(outputs: SmallVec<[OutputSpec; 2]>) -> Outputs {
+        outputs.into_iter().collect()
+    }
+}
+
 /// The checked outputs of an op applied to given inputs, and its cost.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Signature {
-    pub outputs: SmallVec<[OutputSpec; 2]>,
+    pub outputs: Outputs,
     /// Estimated compute cost (≥ 1): FLOPs, or elements touched for memory-bound ops.
     pub cost: u64,
 }
@@ -57,7 +129,7 @@ pub struct Signature {
 impl Signature {
     fn one(output: OutputSpec, cost: usize) -> Signature {
         Signature {
-            outputs: smallvec![output],
+            outputs: [output].into_iter().collect(),
             cost: (cost as u64).max(1),
         }
     }
@@ -285,11 +357,13 @@ impl Op {
                 }
                 let stats = &dims(0)[..dims(0).len() - 1];
                 Ok(Signature {
-                    outputs: smallvec![
+                    outputs: [
                         OutputSpec::fresh(dims(0)),
                         OutputSpec::fresh(stats),
-                        OutputSpec::fresh(stats)
-                    ],
+                        OutputSpec::fresh(stats),
+                    ]
+                    .into_iter()
+                    .collect(),
                     cost: (8 * rows * d) as u64,
                 })
             }
@@ -307,11 +381,13 @@ impl Op {
                     )));
                 }
                 Ok(Signature {
-                    outputs: smallvec![
+                    outputs: [
                         OutputSpec::fresh(dims(1)),
                         OutputSpec::fresh(&[d]),
-                        OutputSpec::fresh(&[d])
-                    ],
+                        OutputSpec::fresh(&[d]),
+                    ]
+                    .into_iter()
+                    .collect(),
                     cost: (12 * rows * d) as u64,
                 })
             }
@@ -463,7 +539,7 @@ impl Op {
                     });
                 }
                 Ok(Signature {
-                    outputs,
+                    outputs: outputs.into(),
                     cost: recorded.cost,
                 })
             }

@@ -102,6 +102,11 @@ impl Heuristic for Dtr {
         cost_density(cost, storage, view.graph)
     }
 
+    /// `c0(s) / (m(s) · stale(s))`: regions only add cost.
+    fn lower_bound(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        cost_density(view.graph.storages[storage].cost, storage, view.graph)
+    }
+
     fn before_scoring(&mut self, graph: &Graph) {
         let clear = self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len();
         if clear {
@@ -160,5 +165,9 @@ impl Heuristic for DtrWalk {
             + self.walker.cost(graph, storage, Direction::Descendants)
             + self.walker.cost(graph, storage, Direction::Ancestors);
         cost_density(cost, storage, graph)
+    }
+
+    fn lower_bound(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        cost_density(view.graph.storages[storage].cost, storage, view.graph)
     }
 }

@@ -17,6 +17,8 @@ pub struct EqClasses {
     cost: Vec<u64>,
     /// Each evicted storage's node and the cost it brought in.
     members: SecondaryMap<StorageId, (u32, u64)>,
+    /// Bumped whenever compaction renames the nodes.
+    generation: u64,
 }
 
 impl EqClasses {
@@ -29,7 +31,21 @@ impl EqClasses {
         self.cost[root as usize]
     }
 
-    fn root(&self, mut node: u32) -> u32 {
+    /// The node of an evicted storage: stable while it stays evicted and
+    /// [`EqClasses::generation`] stays the same ([`EqClasses::root`] of it
+    /// follows the merges).
+    pub fn node_of(&self, storage: StorageId) -> Option<u32> {
+        self.members.get(storage).map(|&(node, _)| node)
+    }
+
+    /// Changes whenever nodes are renamed, so that nodes remembered under
+    /// an older generation are known to be stale.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The root of `node`'s class.
+    pub fn root(&self, mut node: u32) -> u32 {
         while self.parent[node as usize] != node {
             node = self.parent[node as usize];
         }
@@ -98,6 +114,7 @@ impl EqClasses {
             self.members[storage].0 = node;
         }
         (self.parent, self.size, self.cost) = (parent, size, cost);
+        self.generation += 1;
     }
 }
 

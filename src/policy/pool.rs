@@ -10,8 +10,9 @@ use crate::graph::StorageId;
 
 #[derive(Debug, Default)]
 pub struct CandidatePool {
-    /// Insertion order with holes left by removals; compacted when holes dominate.
-    entries: Vec<Option<StorageId>>,
+    /// Insertion order with holes left by removals, each with its size (so
+    /// a random draw reads one array); compacted when holes dominate.
+    entries: Vec<Option<(StorageId, u64)>>,
     /// Each member's position in `entries` and its size.
     members: SecondaryMap<StorageId, (usize, u64)>,
     bytes: u64,
@@ -45,7 +46,7 @@ impl CandidatePool {
             return;
         }
         self.members.insert(storage, (self.entries.len(), bytes));
-        self.entries.push(Some(storage));
+        self.entries.push(Some((storage, bytes)));
         self.bytes = self.bytes.saturating_add(bytes);
     }
 
@@ -69,20 +70,20 @@ impl CandidatePool {
             return None;
         }
         loop {
-            if let Some(storage) = self.entries[rng.gen_range(0..self.entries.len())] {
-                return Some((storage, self.members[storage].1));
+            if let Some(entry) = self.entries[rng.gen_range(0..self.entries.len())] {
+                return Some(entry);
             }
         }
     }
 
     /// Candidates in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = StorageId> + '_ {
-        self.entries.iter().flatten().copied()
+        self.entries.iter().flatten().map(|&(storage, _)| storage)
     }
 
     fn compact(&mut self) {
         self.entries.retain(Option::is_some);
-        for (position, storage) in self.entries.iter().flatten().enumerate() {
+        for (position, (storage, _)) in self.entries.iter().flatten().enumerate() {
             self.members[*storage].0 = position;
         }
     }

@@ -34,6 +34,9 @@ impl std::fmt::Display for Sampling {
 pub struct CandidateSearch {
     sampling: Sampling,
     rng: StdRng,
+    /// The candidates of one √N sample, each with the number of draws
+    /// made up to it (scratch, kept to reuse its allocation).
+    drawn: Vec<(StorageId, usize)>,
 }
 
 impl CandidateSearch {
@@ -41,19 +44,33 @@ impl CandidateSearch {
         CandidateSearch {
             sampling,
             rng: StdRng::seed_from_u64(seed),
+            drawn: Vec::new(),
         }
     }
 
     /// The candidate with the lowest score: the last one on ties, and a
-    /// score of 0 ends the search (nothing can be lower).
+    /// score of 0 ends the search (nothing can be lower). `score` gets the
+    /// lowest score so far and may answer `None` for a candidate whose
+    /// score it knows to be above it (it could not be chosen); the
+    /// candidates drawn, and so the choice, are the same either way.
+    ///
+    /// With √N sampling the whole sample is drawn first and handed to
+    /// `warm` (which may touch what scoring will read, so that the memory
+    /// accesses of all candidates overlap instead of following one
+    /// another), then scored in the order drawn. The draws, the generator
+    /// afterwards and the choice are exactly those of drawing and scoring
+    /// one at a time.
     pub fn lowest(
         &mut self,
         pool: &CandidatePool,
-        mut score: impl FnMut(StorageId) -> f64,
+        mut warm: impl FnMut(StorageId),
+        mut score: impl FnMut(StorageId, Option<f64>) -> Option<f64>,
     ) -> Option<StorageId> {
         let mut best: Option<(f64, StorageId)> = None;
         let mut consider = |storage: StorageId| {
-            let s = score(storage);
+            let Some(s) = score(storage, best.map(|(b, _)| b)) else {
+                return false;
+            };
             if best.is_none_or(|(b, _)| s <= b) {
                 best = Some((s, storage));
             }
@@ -75,26 +92,47 @@ impl CandidateSearch {
                 let wanted = (n as f64).sqrt().ceil() as usize;
                 let threshold = pool.bytes() / n as u64 / 100;
                 // Small candidates are skipped; bounded draws keep this O(√N).
-                let mut taken = 0;
+                let start = self.rng.clone();
+                let mut drawn = std::mem::take(&mut self.drawn);
+                drawn.clear();
                 let mut fallback = None;
-                for _ in 0..4 * wanted {
+                let mut made = 0;
+                for draw in 1..=4 * wanted {
                     let Some((storage, bytes)) = pool.random_member(&mut self.rng) else {
                         break;
                     };
+                    made = draw;
                     if bytes < threshold {
                         fallback.get_or_insert(storage);
                         continue;
                     }
-                    taken += 1;
-                    if consider(storage) || taken == wanted {
+                    drawn.push((storage, draw));
+                    if drawn.len() == wanted {
                         break;
                     }
                 }
-                if taken == 0 {
+                for &(storage, _) in &drawn {
+                    warm(storage);
+                }
+                for &(storage, draws) in &drawn {
+                    if consider(storage) {
+                        if draws < made {
+                            // One at a time, the search would have stopped
+                            // drawing here: leave the generator as it would be.
+                            self.rng = start;
+                            for _ in 0..draws {
+                                pool.random_member(&mut self.rng);
+                            }
+                        }
+                        break;
+                    }
+                }
+                if drawn.is_empty() {
                     if let Some(storage) = fallback {
                         consider(storage);
                     }
                 }
+                self.drawn = drawn;
             }
         }
         best.map(|(_, storage)| storage)
