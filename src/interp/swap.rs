@@ -223,7 +223,10 @@ impl<B: Backend> Interpreter<B> {
                 f64::INFINITY
             }
         };
-        self.search.lowest(pool, swap_density).into_iter().collect()
+        self.search
+            .lowest(pool, |_| {}, |storage, _| Some(swap_density(storage)))
+            .into_iter()
+            .collect()
     }
 
     /// Compute waits for the copy queue until `time`.
