@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use dtr::trace::replay::{baseline, replay, Kernels, ReplayStatus};
 use dtr::trace::{simrd, Trace};
@@ -138,15 +138,9 @@ agreement_tests! {
 /// 1,0.9,…,0.2 --memory counter` as it was before (wall times aside).
 #[test]
 fn the_counter_sweep_over_the_authors_logs_is_unchanged() {
-    let Some(dir) = common::prototype_traces() else {
+    let Some(traces) = common::prototype_logs() else {
         return;
     };
-    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "log"))
-        .collect();
-    traces.sort();
     let spec = dtr::experiments::SweepSpec {
         traces,
         heuristics: ["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size"]

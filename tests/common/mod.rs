@@ -2,7 +2,20 @@
 
 use std::path::{Path, PathBuf};
 
-/// The DTR authors' logs: `DTR_PROTOTYPE_TRACES`, else
+/// The DTR authors' 8 logs, sorted by name (see [`prototype_traces`]).
+pub fn prototype_logs() -> Option<Vec<PathBuf>> {
+    let dir = prototype_traces()?;
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("the traces directory is readable")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    assert_eq!(logs.len(), 8, "the DTR authors' logs in {}", dir.display());
+    Some(logs)
+}
+
+/// The directory of the DTR authors' logs: `DTR_PROTOTYPE_TRACES`, else
 /// `../shared/traces/dtr-prototype` beside the project. A user's clone does
 /// not have them: then the test says it skipped. Under CI (`CI=true`),
 /// where they must be, their absence fails the test.
