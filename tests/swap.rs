@@ -203,3 +203,38 @@ fn a_backend_that_cannot_swap_is_refused_unless_dropping() {
     let drop = swapping(RestoreMode::Drop, BYTES, 1e9);
     assert!(Interpreter::new(Opaque(SimulatorBackend::new()), drop).is_ok());
 }
+
+#[test]
+fn replay_restores_by_the_mode_asked_from_the_command_line() {
+    let trace =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/transformer-small.jsonl");
+    let replay = |restore: &str| -> serde_json::Value {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_dtr"))
+            .args([
+                "replay",
+                trace.to_str().unwrap(),
+                "--ratio",
+                "0.6",
+                "--no-suggest",
+                "--json",
+            ])
+            .args(["--restore", restore])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let dropped = replay("drop");
+    assert_eq!(dropped["restore"], "drop");
+    assert_eq!(dropped["swap_ins"], 0);
+    assert_eq!(dropped["host_peak_bytes"], 0);
+    let swapped = replay("swap");
+    assert_eq!(swapped["status"], "ok");
+    assert!(swapped["swap_ins"].as_u64().unwrap() > 0);
+    // Transfers of these small tensors cost little against their ops.
+    assert!(swapped["overhead"].as_f64() < dropped["overhead"].as_f64());
+}

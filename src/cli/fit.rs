@@ -6,8 +6,10 @@ use std::process::ExitCode;
 use dtr::experiments::{Policy, RunSpec, Workload};
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
+use dtr::RestoreMode;
 use serde_json::json;
 
+use super::restore::{SwapArgs, RESTORE_HELP};
 use super::{human, jobs_or_cores, progress, trace_format, FormatArg};
 
 /// The arguments of `dtr fit`.
@@ -25,6 +27,10 @@ pub struct Args {
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, default_value = "all")]
     sampling: Sampling,
+    #[arg(long, value_enum, default_value = "drop", help = RESTORE_HELP)]
+    restore: RestoreMode,
+    #[command(flatten)]
+    swap: SwapArgs,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// A run completes only if its compute stays within this multiple
@@ -53,6 +59,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         heuristics,
         memory,
         sampling,
+        restore,
+        swap,
         seed,
         thrash_limit,
         precision,
@@ -60,6 +68,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         plans,
         json,
     } = args;
+    let swap = swap.config();
     let specs: Vec<RunSpec> = heuristics
         .iter()
         .flat_map(|heuristic| {
@@ -69,6 +78,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 sampling,
                 seed,
                 thrash_limit,
+                restore,
+                swap,
                 ..RunSpec::default()
             })
         })
