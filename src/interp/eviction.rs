@@ -116,13 +116,7 @@ impl<B: Backend> Interpreter<B> {
         let mut inputs: SmallVec<[StorageId; 8]> = SmallVec::new();
         while let Some(node) = stack.pop() {
             let info = &graph.nodes[node];
-            let mut needed: u64 = info
-                .signature
-                .outputs
-                .iter()
-                .filter(|output| output.alias_of.is_none())
-                .map(|output| output.bytes)
-                .sum();
+            let mut needed = info.signature.output_bytes();
             inputs.clear();
             for &input in &info.inputs {
                 let tensor = &graph.tensors[input];

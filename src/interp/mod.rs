@@ -25,7 +25,9 @@ use smallvec::{smallvec, SmallVec};
 use crate::backend::Backend;
 use crate::config::{Budget, Config};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, NodeId, OpNode, Residency, StorageInfo, TensorId, TensorInfo};
+use crate::graph::{
+    Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
+};
 use crate::memory::{Block, Memory};
 use crate::ops::{Op, ELEMENT_BYTES};
 use crate::policy::{CandidateSearch, Heuristic};
@@ -203,15 +205,7 @@ impl<B: Backend> Interpreter<B> {
         block: Block,
         buffer: B::Buffer,
     ) -> TensorId {
-        let storage = self.graph.storages.insert(StorageInfo {
-            bytes,
-            tensors: SmallVec::new(),
-            residency: Residency::Pending,
-            last_access: self.graph.clock,
-            cost: 0,
-            recomputable: false,
-        });
-        self.table.register(storage);
+        let storage = self.new_storage(bytes, false);
         self.table.install(&mut self.graph, storage, buffer, block);
         let tensor = self.graph.tensors.insert(TensorInfo {
             producer: None,
@@ -561,18 +555,7 @@ impl<B: Backend> Interpreter<B> {
             let bytes = spec.bytes();
             let storage = match spec.alias_of {
                 Some(i) => self.graph.tensors[inputs[i]].storage,
-                None => {
-                    let storage = self.graph.storages.insert(StorageInfo {
-                        bytes,
-                        tensors: SmallVec::new(),
-                        residency: Residency::Pending,
-                        last_access: self.graph.clock,
-                        cost: 0,
-                        recomputable: true,
-                    });
-                    self.table.register(storage);
-                    storage
-                }
+                None => self.new_storage(bytes, true),
             };
             let tensor = self.graph.tensors.insert(TensorInfo {
                 producer: Some((node, k)),
@@ -598,6 +581,21 @@ impl<B: Backend> Interpreter<B> {
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
         node
+    }
+
+    /// A storage of `bytes`, not yet resident, known to the graph and the
+    /// storage table; its tensors are added by the caller.
+    fn new_storage(&mut self, bytes: u64, recomputable: bool) -> StorageId {
+        let storage = self.graph.storages.insert(StorageInfo {
+            bytes,
+            tensors: SmallVec::new(),
+            residency: Residency::Pending,
+            last_access: self.graph.clock,
+            cost: 0,
+            recomputable,
+        });
+        self.table.register(storage);
+        storage
     }
 
     /// Undoes [`Interpreter::insert_node`] for a node whose first run failed.

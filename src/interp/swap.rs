@@ -62,6 +62,9 @@ impl<B: Backend> Interpreter<B> {
     /// clock (the last copy may end after it). Storages that are gone, or
     /// that do not fit in host memory, are skipped.
     pub(super) fn write_back(&mut self) {
+        if self.copies.write_back.is_empty() {
+            return; // not swapping, or nothing made since
+        }
         let limit = self.config.swap.host_memory;
         while self.copies.to_host_until < self.graph.clock {
             let Some((storage, made_at)) = self.copies.write_back.pop_front() else {

@@ -141,6 +141,22 @@ impl Arena {
         Some(Block { offset, size })
     }
 
+    /// Places each size at its offset, all or none (then the arena is as
+    /// before).
+    pub fn allocate_all_at(&mut self, sizes: &[u64], offsets: &[u64]) -> Option<Vec<Block>> {
+        let mut blocks = Vec::with_capacity(sizes.len());
+        for (&bytes, &offset) in sizes.iter().zip(offsets) {
+            match self.allocate_at(offset, bytes, None) {
+                Some(block) => blocks.push(block),
+                None => {
+                    blocks.into_iter().for_each(|block| self.free(block));
+                    return None;
+                }
+            }
+        }
+        Some(blocks)
+    }
+
     /// Allocates every size or none (then the arena is as before).
     pub fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
         let mut blocks = Vec::with_capacity(sizes.len());

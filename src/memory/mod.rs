@@ -159,16 +159,7 @@ impl Memory {
                 if planned.len() < sizes.len() {
                     return None;
                 }
-                let mut blocks = Vec::with_capacity(sizes.len());
-                for (&bytes, &offset) in sizes.iter().zip(planned.iter()) {
-                    match arena.allocate_at(offset, bytes, None) {
-                        Some(block) => blocks.push(block),
-                        None => {
-                            blocks.into_iter().for_each(|block| arena.free(block));
-                            return None;
-                        }
-                    }
-                }
+                let blocks = arena.allocate_all_at(sizes, planned.make_contiguous())?;
                 planned.drain(..sizes.len());
                 blocks
             }
