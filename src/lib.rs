@@ -30,7 +30,9 @@ pub use backend::{Backend, BufferView};
 pub use config::{parse_bytes, Budget, Config, RestoreMode, SwapConfig};
 pub use error::{Error, Result};
 pub use graph::TensorId;
-pub use interp::{Event, Interpreter, MemoryReport, PlanRecord, Reservation, Stats};
+pub use interp::{
+    Event, Interpreter, MemoryReport, Observer, PlanRecord, Reservation, RunEvent, Stats,
+};
 pub use ops::{BinaryOp, Op, ReduceOp, ScalarOp, UnaryOp, Window2d};
 
 // The README's Rust snippets compile and run as doctests.

@@ -1,8 +1,11 @@
 //! Interpreter behaviour through the public API: eviction decisions,
 //! multi-output ops, aliases, deletion, pins, out-of-memory recovery.
 
+use std::sync::{Arc, Mutex};
+
 use dtr::{
-    BinaryOp, Config, CpuBackend, Error, Event, Interpreter, Op, ScalarOp, TensorId, UnaryOp,
+    BinaryOp, Config, CpuBackend, Error, Event, Interpreter, Observer, Op, RunEvent, ScalarOp,
+    Stats, TensorId, UnaryOp,
 };
 
 fn interpreter(config: Config) -> Interpreter<CpuBackend> {
@@ -20,11 +23,13 @@ fn add_scalar(dtr: &mut Interpreter<CpuBackend>, x: TensorId, value: f32) -> Ten
     .unwrap()
 }
 
-fn evicted(tensor: TensorId) -> Event {
+/// An eviction by the policy, at the score the derivation below gives.
+fn evicted(tensor: TensorId, cost: f64, staleness: f64) -> Event {
     Event::Evict {
         tensor,
         bytes: 4,
         eager: false,
+        score: Some(cost / (4.0 * staleness)),
     }
 }
 
@@ -71,8 +76,16 @@ fn oneflow_chain_evicts_what_the_formula_says() {
         tensor: x1,
         bytes: 4,
         eager: true,
+        score: None,
     };
-    assert_eq!(dtr.events(), &[roots_x1.clone(), evicted(x3), evicted(x2)]);
+    assert_eq!(
+        dtr.events(),
+        &[
+            roots_x1.clone(),
+            evicted(x3, 1.0, 1.0),
+            evicted(x2, 3.0, 3.0)
+        ]
+    );
 
     assert_eq!(dtr.get_value(x6).unwrap(), vec![11.0]);
     assert_eq!(dtr.events().len(), 3, "x6 was resident");
@@ -81,11 +94,11 @@ fn oneflow_chain_evicts_what_the_formula_says() {
     assert_eq!(
         &dtr.events()[3..],
         &[
-            evicted(x5),
+            evicted(x5, 1.0, 1.0),
             remat(x1, "fill"),
-            evicted(x4),
+            evicted(x4, 4.0, 3.0),
             remat(x2, "add_scalar"),
-            evicted(x1),
+            evicted(x1, 1.0, 2.0),
             remat(x3, "add_scalar"),
         ]
     );
@@ -96,6 +109,68 @@ fn oneflow_chain_evicts_what_the_formula_says() {
     }
     assert_eq!(dtr.tracked_tensors(), 0);
     assert_eq!(dtr.memory().in_use_bytes, 0);
+}
+
+/// Tallies what a user's observer sees, to compare with the interpreter's own.
+#[derive(Default)]
+struct Tally {
+    stats: Stats,
+    events: Vec<String>,
+}
+
+impl Observer for Tally {
+    fn observe(&mut self, event: &RunEvent<'_>, graph: &dtr::graph::Graph) {
+        self.stats.observe(event, graph);
+        self.events.push(match event {
+            RunEvent::Ran {
+                node,
+                rematerializing,
+                ..
+            } => format!("ran {} {rematerializing}", graph.nodes[*node].op.name()),
+            RunEvent::Evicted { score, eager, .. } => format!("evict {score:?} {eager}"),
+            RunEvent::OutOfMemory { .. } => "oom".to_string(),
+            RunEvent::Apply { .. } => "apply".to_string(),
+            _ => "other".to_string(),
+        });
+    }
+}
+
+/// A user's observer sees the same stream as the interpreter's counters:
+/// counting it gives the same stats; an op runs before it is applied; an
+/// out-of-memory error is told to it.
+#[test]
+fn a_users_observer_sees_every_event() {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut dtr = interpreter(
+        Config::default()
+            .with_budget_bytes(12)
+            .with_heuristic("dtr-eq"),
+    );
+    dtr.set_observer(Box::new(tally.clone()));
+    let x1 = dtr.apply1(Op::fill(&[1], 1.0), &[]).unwrap();
+    let mut last = add_scalar(&mut dtr, x1, 2.0);
+    dtr.del(x1).unwrap();
+    for _ in 0..4 {
+        last = add_scalar(&mut dtr, last, 2.0);
+    }
+    assert_eq!(dtr.get_value(last).unwrap(), vec![11.0]);
+    let too_big = dtr.apply1(Op::fill(&[8], 1.0), &[]);
+    assert!(matches!(too_big, Err(Error::OutOfMemory { .. })));
+    dtr.finish_observer().unwrap();
+
+    let tally = tally.lock().unwrap();
+    assert_eq!(&tally.stats, dtr.stats());
+    assert!(dtr.stats().evictions >= 3);
+    assert_eq!(&tally.events[..2], ["ran fill false", "apply"]);
+    assert_eq!(tally.events.last().map(String::as_str), Some("oom"));
+    assert_eq!(
+        tally
+            .events
+            .iter()
+            .filter(|e| e.starts_with("evict Some"))
+            .count() as u64,
+        dtr.stats().evictions - dtr.stats().eager_evictions
+    );
 }
 
 #[test]

@@ -193,10 +193,11 @@ impl ChromeTrace {
                     tensor,
                     bytes,
                     eager,
+                    score,
                 } => json!({"name": "evict", "cat": "evict", "ph": "i", "s": "t", "ts": ts,
                     "pid": 1, "tid": 1,
                     "args": {"bytes": bytes, "tensor": format!("{tensor:?}"), "eager": eager,
-                             "during": name}}),
+                             "score": score.filter(|s| s.is_finite()), "during": name}}),
                 Event::Rematerialize { tensor, op } => {
                     json!({"name": format!("recompute {op}"), "cat": "remat", "ph": "i",
                     "s": "t", "ts": ts, "pid": 1, "tid": 1,

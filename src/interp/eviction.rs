@@ -1,7 +1,7 @@
 //! Making room: the AutoEvict loop, eviction itself (the storage table
 //! frees the bytes; this records it), and out-of-memory errors.
 
-use super::{Event, Interpreter};
+use super::{Interpreter, RunEvent};
 use crate::backend::Backend;
 use crate::config::RestoreMode;
 use crate::error::{Error, Result};
@@ -75,10 +75,10 @@ impl<B: Backend> Interpreter<B> {
                 .and_then(|arena| arena.aligned(largest))
                 .unwrap_or(largest);
             let victims = self.choose_victims(request);
-            if victims.is_empty() {
+            if victims.storages.is_empty() {
                 return Err(self.out_of_memory(requested, purpose));
             }
-            for victim in victims {
+            for victim in victims.storages {
                 if !self.table.pool().contains(victim) {
                     continue;
                 }
@@ -88,7 +88,7 @@ impl<B: Backend> Interpreter<B> {
                     held_back.push(victim);
                     continue;
                 }
-                self.evict(victim, false);
+                self.evict(victim, false, victims.score);
             }
         }
     }
@@ -141,42 +141,25 @@ impl<B: Backend> Interpreter<B> {
 
     /// Frees a resident, evictable storage; its tensors become undefined
     /// and keep their compute paths.
-    pub(super) fn evict(&mut self, storage: StorageId, eager: bool) {
+    pub(super) fn evict(&mut self, storage: StorageId, eager: bool, score: Option<f64>) {
         let to_host = self.config.restore != RestoreMode::Drop && self.swap_out(storage, eager);
         self.table
             .evict(&mut self.graph, storage, &mut self.backend);
         if !eager {
             self.schedule_victim(self.graph.storages[storage].tensors[0]);
         }
-        let info = &self.graph.storages[storage];
-        let (bytes, root) = (info.bytes, info.tensors[0]);
         self.heuristic.on_evict(storage, &self.graph);
-        self.stats.evictions += 1;
-        if to_host {
-            self.stats.swap_outs += 1;
-        }
-        if eager {
-            self.stats.eager_evictions += 1;
-        }
-        if tracing::enabled!(target: "dtr::evict", tracing::Level::DEBUG) {
-            let graph = &self.graph;
-            let op = graph.tensors[root]
-                .producer
-                .map_or("put", |(node, _)| graph.nodes[node].op.name());
-            let held = info.tensors.iter().any(|&t| graph.tensors[t].user_refs > 0);
-            let staleness = graph.staleness(storage);
-            tracing::debug!(target: "dtr::evict", tensor = ?root, op, bytes, eager, to_host, held, staleness, clock = graph.clock, "evicted");
-        }
-        if self.config.record_events {
-            self.events.push(Event::Evict {
-                tensor: root,
-                bytes,
-                eager,
-            });
-        }
+        let event = RunEvent::Evicted {
+            storage,
+            bytes: self.graph.storages[storage].bytes,
+            score,
+            eager,
+            to_host,
+        };
+        self.observers.notify(&event, &self.graph);
     }
 
-    pub(super) fn out_of_memory(&self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
+    pub(super) fn out_of_memory(&mut self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
         let context = match purpose {
             RoomFor::Op {
                 node,
@@ -220,7 +203,8 @@ impl<B: Backend> Interpreter<B> {
             chain: Vec::new(),
             largest_locked,
         };
-        tracing::warn!(target: "dtr::oom", %error);
+        self.observers
+            .notify(&RunEvent::OutOfMemory { error: &error }, &self.graph);
         error
     }
 }

@@ -14,7 +14,7 @@
 use smallvec::{smallvec, SmallVec};
 
 use super::eviction::RoomFor;
-use super::{Event, Interpreter};
+use super::{Interpreter, RunEvent};
 use crate::backend::{Backend, BufferView};
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, StorageId};
@@ -123,8 +123,11 @@ impl<B: Backend> Interpreter<B> {
         if surrendered.is_empty() {
             return Err(error);
         }
-        tracing::debug!(target: "dtr::remat", op = self.graph.nodes[node].op.name(), surrendered = surrendered.len(), "relaxing the locks of pending rematerialisations");
-        self.stats.lock_relaxations += 1;
+        let event = RunEvent::LocksRelaxed {
+            node,
+            surrendered: surrendered.len(),
+        };
+        self.observers.notify(&event, &self.graph);
         let result = self.run_node(node, rematerializing);
         for (f, i) in surrendered {
             let frame = &mut pending[f];
@@ -144,12 +147,17 @@ impl<B: Backend> Interpreter<B> {
         self.graph.tensors[self.graph.nodes[node].inputs[input]].storage
     }
 
-    fn check_thrash(&self) -> Result<()> {
+    fn check_thrash(&mut self) -> Result<()> {
+        let restore_cost = self.observers.stats.restore_cost();
         match self.config.remat_limit {
-            Some(limit) if self.stats.restore_cost() > limit => {
-                tracing::warn!(target: "dtr::thrash", restore_cost = self.stats.restore_cost(), limit, "thrashing");
+            Some(limit) if restore_cost > limit => {
+                let event = RunEvent::Thrashing {
+                    restore_cost,
+                    limit,
+                };
+                self.observers.notify(&event, &self.graph);
                 Err(Error::Thrash {
-                    remat_compute: self.stats.restore_cost(),
+                    remat_compute: restore_cost,
                     limit,
                 })
             }
@@ -285,7 +293,6 @@ impl<B: Backend> Interpreter<B> {
 
         let cost = node.cost();
         self.graph.clock = self.graph.clock.saturating_add(cost);
-        self.stats.compute = self.stats.compute.saturating_add(cost);
         let mut restored = None;
         for (k, buffer) in results.into_iter().enumerate() {
             // Fresh outputs have buffers, and blocks in the same order.
@@ -316,20 +323,13 @@ impl<B: Backend> Interpreter<B> {
             self.graph.tensors[tensor].defined = true;
         }
 
-        if rematerializing {
-            let op_name = self.graph.nodes[node_id].op.name();
-            self.stats.remat_compute = self.stats.remat_compute.saturating_add(cost);
-            self.stats.rematerializations += 1;
-            if let Some(tensor) = restored {
-                tracing::debug!(target: "dtr::remat", op = op_name, ?tensor, cost, clock = self.graph.clock, "rematerialized");
-                if self.config.record_events {
-                    self.events.push(Event::Rematerialize {
-                        tensor,
-                        op: op_name.to_string(),
-                    });
-                }
-            }
-        }
+        let event = RunEvent::Ran {
+            node: node_id,
+            cost,
+            rematerializing,
+            restored,
+        };
+        self.observers.notify(&event, &self.graph);
         self.write_back();
         Ok(())
     }

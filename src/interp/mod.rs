@@ -15,7 +15,7 @@ mod stats;
 mod storage;
 mod swap;
 
-pub use observer::{ProgramObserver, TensorInstruction};
+pub use observer::{EventLog, Observer, RunEvent, TensorInstruction, TracingLog};
 pub use schedule::{PlanRecord, Reservation};
 pub use stats::{Event, Stats};
 
@@ -54,9 +54,8 @@ pub struct Interpreter<B: Backend> {
     heuristic_name: &'static str,
     search: CandidateSearch,
     config: Config,
-    stats: Stats,
-    events: Vec<Event>,
-    observer: Option<Box<dyn ProgramObserver>>,
+    /// Counters, the event log, `tracing` and the user's observer.
+    observers: observer::Observers,
     /// The copy queue's time and write-back backlog (swap).
     copies: swap::CopyQueue,
     /// A static plan being recorded or followed.
@@ -122,10 +121,11 @@ impl<B: Backend> Interpreter<B> {
             heuristic: policy.build(config.seed),
             heuristic_name: policy.name,
             search: CandidateSearch::new(config.sampling, config.seed),
+            observers: observer::Observers {
+                log: config.record_events.then(EventLog::default),
+                ..Default::default()
+            },
             config,
-            stats: Stats::default(),
-            events: Vec::new(),
-            observer: None,
             copies: swap::CopyQueue::default(),
             schedule: None,
         })
@@ -160,9 +160,13 @@ impl<B: Backend> Interpreter<B> {
         let block = self.reserve(&[bytes], eviction::RoomFor::Put(&[]))?[0];
         let layout = Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize]);
         let tensor = self.insert_put(layout, bytes, block, buffer);
-        if let Some(observer) = &mut self.observer {
-            observer.put(tensor, bytes, &[], None);
-        }
+        let event = RunEvent::Put {
+            tensor,
+            bytes,
+            dims: &[],
+            data: None,
+        };
+        self.observers.notify(&event, &self.graph);
         Ok(tensor)
     }
 
@@ -186,15 +190,19 @@ impl<B: Backend> Interpreter<B> {
                 return Err(error);
             }
         };
-        let dims = if data.is_some() {
-            layout.dims.clone()
-        } else {
-            Default::default()
-        };
         let tensor = self.insert_put(layout, bytes, block, buffer);
-        if let Some(observer) = &mut self.observer {
-            observer.put(tensor, bytes, &dims, data);
-        }
+        // Opaque puts record no shape: their values are unknown anyway.
+        let dims = match data {
+            Some(_) => &self.graph.tensors[tensor].layout.dims[..],
+            None => &[],
+        };
+        let event = RunEvent::Put {
+            tensor,
+            bytes,
+            dims,
+            data,
+        };
+        self.observers.notify(&event, &self.graph);
         Ok(tensor)
     }
 
@@ -268,15 +276,12 @@ impl<B: Backend> Interpreter<B> {
             let storage = self.graph.tensors[t].storage;
             self.graph.storages[storage].last_access = self.graph.clock;
         }
-        self.stats.ops += 1;
-        self.stats.baseline_compute = self
-            .stats
-            .baseline_compute
-            .saturating_add(self.graph.nodes[node].cost());
-        if let Some(observer) = &mut self.observer {
-            let node = &self.graph.nodes[node];
-            observer.apply(&node.op, inputs, &outputs, &node.signature);
-        }
+        let event = RunEvent::Apply {
+            node,
+            inputs,
+            outputs: &outputs,
+        };
+        self.observers.notify(&event, &self.graph);
         Ok(outputs)
     }
 
@@ -347,7 +352,7 @@ impl<B: Backend> Interpreter<B> {
         if !self.table.pool().contains(storage) {
             return Ok(false);
         }
-        self.evict(storage, false);
+        self.evict(storage, false, None);
         Ok(true)
     }
 
@@ -450,12 +455,12 @@ impl<B: Backend> Interpreter<B> {
     }
 
     pub fn stats(&self) -> &Stats {
-        &self.stats
+        &self.observers.stats
     }
 
     /// Recorded events (empty unless [`Config::record_events`]).
     pub fn events(&self) -> &[Event] {
-        &self.events
+        self.observers.log.as_ref().map_or(&[], |log| &log.0)
     }
 
     /// Tensors the interpreter still tracks, as handles or as history.
@@ -487,24 +492,27 @@ impl<B: Backend> Interpreter<B> {
         &mut self.backend
     }
 
-    /// Starts passing every instruction of the program to `observer`
-    /// (a [`crate::trace::recorder::TraceRecorder`], say).
-    pub fn set_observer(&mut self, observer: Box<dyn ProgramObserver>) {
-        self.observer = Some(observer);
+    /// Starts passing every event of the run to `observer` (a
+    /// [`crate::trace::recorder::TraceRecorder`], say), replacing the one
+    /// installed before.
+    pub fn set_observer(&mut self, observer: Box<dyn Observer>) {
+        self.observers.user = Some(observer);
     }
 
     /// Stops observing: the observer flushes and reports its errors.
     pub fn finish_observer(&mut self) -> std::io::Result<()> {
-        match self.observer.take() {
+        match self.observers.user.take() {
             Some(mut observer) => observer.finish(),
             None => Ok(()),
         }
     }
 
     fn observe(&mut self, instruction: TensorInstruction, tensor: TensorId) {
-        if let Some(observer) = &mut self.observer {
-            observer.instruction(instruction, tensor);
-        }
+        let event = RunEvent::Instruction {
+            instruction,
+            tensor,
+        };
+        self.observers.notify(&event, &self.graph);
     }
 
     /// A tensor the user still holds a handle to.

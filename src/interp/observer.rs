@@ -1,24 +1,254 @@
-//! Watching the program an interpreter runs (for recording traces).
+//! Watching a run. Everything that follows what an interpreter does — its
+//! counters ([`Stats`]), the event log behind timelines ([`EventLog`]), the
+//! `tracing` output ([`TracingLog`]) and trace recording
+//! ([`crate::trace::recorder::TraceRecorder`]) — is an [`Observer`] of one
+//! stream of [`RunEvent`]s, told in the order things happen.
 
-use crate::graph::TensorId;
-use crate::ops::{Op, Signature};
+use crate::error::Error;
+use crate::graph::{Graph, NodeId, StorageId, TensorId};
+
+use super::stats::{Event, Stats};
 
 /// An instruction on one tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TensorInstruction {
+    /// Another handle to the tensor (`retain`).
     Retain,
+    /// A handle dropped (`del`).
     Del,
+    /// The tensor's value read (`get_value`).
     Get,
+    /// The tensor's storage made unevictable.
     Pin,
+    /// One pin released.
     Unpin,
+    /// The tensor's compute history cut.
     Detach,
 }
 
-/// Sees every instruction the user's program gives, after it succeeded.
-pub trait ProgramObserver: Send {
-    fn put(&mut self, tensor: TensorId, bytes: u64, dims: &[usize], data: Option<&[f32]>);
-    fn apply(&mut self, op: &Op, inputs: &[TensorId], outputs: &[TensorId], signature: &Signature);
-    fn instruction(&mut self, instruction: TensorInstruction, tensor: TensorId);
-    /// The program is over: flush, and report any error met on the way.
-    fn finish(&mut self) -> std::io::Result<()>;
+/// One thing that happened in a run. Ids refer to the graph handed beside
+/// the event, where observers look up what they need (op names, sizes).
+#[derive(Debug, Clone, Copy)]
+pub enum RunEvent<'a> {
+    /// The program put a tensor (`data` when the values are known).
+    Put {
+        tensor: TensorId,
+        bytes: u64,
+        dims: &'a [usize],
+        data: Option<&'a [f32]>,
+    },
+    /// The program applied `node`'s op; it ran and its outputs are defined.
+    Apply {
+        node: NodeId,
+        inputs: &'a [TensorId],
+        outputs: &'a [TensorId],
+    },
+    /// The program gave an instruction on one tensor, which succeeded.
+    Instruction {
+        instruction: TensorInstruction,
+        tensor: TensorId,
+    },
+    /// The backend ran `node`'s op, for the program or (`rematerializing`)
+    /// to restore an evicted tensor, the first of which is `restored`.
+    Ran {
+        node: NodeId,
+        cost: u64,
+        rematerializing: bool,
+        restored: Option<TensorId>,
+    },
+    /// A storage was evicted: by the policy (with the victim's `score` when
+    /// the policy has one) or (`eager`) because its handles were dropped;
+    /// `to_host` when it can come back from a host copy.
+    Evicted {
+        storage: StorageId,
+        bytes: u64,
+        score: Option<f64>,
+        eager: bool,
+        to_host: bool,
+    },
+    /// An op got room only by unlocking `surrendered` inputs of pending
+    /// rematerialisations (see [`crate::Config::lock_relaxation`]).
+    LocksRelaxed { node: NodeId, surrendered: usize },
+    /// A copy of a storage was written to host memory.
+    HostCopied { storage: StorageId, bytes: u64 },
+    /// An evicted storage came back from its host copy.
+    SwappedIn { storage: StorageId, bytes: u64 },
+    /// Compute waited `cost` units for the copy queue.
+    Stalled { cost: u64 },
+    /// Restoring evicted storages has cost more than the thrash limit.
+    Thrashing { restore_cost: u64, limit: u64 },
+    /// No eviction could make room; the instruction fails with `error`.
+    OutOfMemory { error: &'a Error },
+}
+
+/// Follows a run's events. Install one with
+/// [`crate::Interpreter::set_observer`].
+pub trait Observer: Send {
+    /// `event` happened; `graph` is the interpreter's state just after.
+    fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph);
+
+    /// The run is over: flush, and report any error met on the way.
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A shared observer, so its owner can read it while the interpreter runs.
+impl<T: Observer> Observer for std::sync::Arc<std::sync::Mutex<T>> {
+    fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph) {
+        // A poisoned lock only means another holder panicked; keep observing.
+        let mut inner = self.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.observe(event, graph);
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        let mut inner = self.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.finish()
+    }
+}
+
+impl Observer for Stats {
+    fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph) {
+        let add = |counter: &mut u64, value: u64| *counter = counter.saturating_add(value);
+        match *event {
+            RunEvent::Apply { node, .. } => {
+                self.ops += 1;
+                add(&mut self.baseline_compute, graph.nodes[node].cost());
+            }
+            RunEvent::Ran {
+                cost,
+                rematerializing,
+                ..
+            } => {
+                add(&mut self.compute, cost);
+                if rematerializing {
+                    add(&mut self.remat_compute, cost);
+                    self.rematerializations += 1;
+                }
+            }
+            RunEvent::Evicted { eager, to_host, .. } => {
+                self.evictions += 1;
+                self.eager_evictions += u64::from(eager);
+                self.swap_outs += u64::from(to_host);
+            }
+            RunEvent::LocksRelaxed { .. } => self.lock_relaxations += 1,
+            RunEvent::HostCopied { .. } => self.host_copies += 1,
+            RunEvent::SwappedIn { .. } => self.swap_ins += 1,
+            RunEvent::Stalled { cost } => add(&mut self.swap_stall, cost),
+            RunEvent::Put { .. }
+            | RunEvent::Instruction { .. }
+            | RunEvent::Thrashing { .. }
+            | RunEvent::OutOfMemory { .. } => {}
+        }
+    }
+}
+
+/// The evictions and rematerialisations of a run, in order (kept when
+/// [`crate::Config::record_events`] is on; read with
+/// [`crate::Interpreter::events`]).
+#[derive(Debug, Clone, Default)]
+pub struct EventLog(pub Vec<Event>);
+
+impl Observer for EventLog {
+    fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph) {
+        match *event {
+            RunEvent::Evicted {
+                storage,
+                bytes,
+                score,
+                eager,
+                ..
+            } => self.0.push(Event::Evict {
+                tensor: graph.storages[storage].tensors[0],
+                bytes,
+                eager,
+                score,
+            }),
+            RunEvent::Ran {
+                node,
+                rematerializing: true,
+                restored: Some(tensor),
+                ..
+            } => self.0.push(Event::Rematerialize {
+                tensor,
+                op: graph.nodes[node].op.name().to_string(),
+            }),
+            _ => {}
+        }
+    }
+}
+
+/// Reports the runtime's decisions as `tracing` events: evictions and
+/// rematerialisations at debug level under `dtr::evict`, `dtr::remat` and
+/// `dtr::swap`, thrashing and out-of-memory as warnings. Costs nothing
+/// beyond a level check when no subscriber listens.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TracingLog;
+
+impl Observer for TracingLog {
+    fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph) {
+        use tracing::{debug, enabled, warn, Level};
+        let op_name = |node: NodeId| graph.nodes[node].op.name();
+        match *event {
+            RunEvent::Evicted {
+                storage,
+                bytes,
+                score,
+                eager,
+                to_host,
+            } if enabled!(target: "dtr::evict", Level::DEBUG) => {
+                let info = &graph.storages[storage];
+                let root = info.tensors[0];
+                let op = graph.tensors[root]
+                    .producer
+                    .map_or("put", |(n, _)| op_name(n));
+                let held = info.tensors.iter().any(|&t| graph.tensors[t].user_refs > 0);
+                let staleness = graph.staleness(storage);
+                debug!(target: "dtr::evict", tensor = ?root, op, bytes, ?score, eager, to_host, held, staleness, clock = graph.clock, "evicted");
+            }
+            RunEvent::Ran {
+                node,
+                cost,
+                rematerializing: true,
+                restored: Some(tensor),
+            } => {
+                debug!(target: "dtr::remat", op = op_name(node), ?tensor, cost, clock = graph.clock, "rematerialized");
+            }
+            RunEvent::LocksRelaxed { node, surrendered } => {
+                debug!(target: "dtr::remat", op = op_name(node), surrendered, "relaxing the locks of pending rematerialisations");
+            }
+            RunEvent::SwappedIn { storage, bytes } => {
+                let tensor = graph.storages[storage].tensors[0];
+                debug!(target: "dtr::swap", ?tensor, bytes, clock = graph.clock, "swapped in");
+            }
+            RunEvent::Thrashing {
+                restore_cost,
+                limit,
+            } => warn!(target: "dtr::thrash", restore_cost, limit, "thrashing"),
+            RunEvent::OutOfMemory { error } => warn!(target: "dtr::oom", %error),
+            _ => {}
+        }
+    }
+}
+
+/// Who watches one interpreter: its counters and `tracing` always, its
+/// event log when asked for, and one observer of the user's.
+#[derive(Default)]
+pub(super) struct Observers {
+    pub stats: Stats,
+    pub log: Option<EventLog>,
+    pub user: Option<Box<dyn Observer>>,
+}
+
+impl Observers {
+    pub fn notify(&mut self, event: &RunEvent<'_>, graph: &Graph) {
+        self.stats.observe(event, graph);
+        TracingLog.observe(event, graph);
+        if let Some(log) = &mut self.log {
+            log.observe(event, graph);
+        }
+        if let Some(user) = &mut self.user {
+            user.observe(event, graph);
+        }
+    }
 }

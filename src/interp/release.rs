@@ -42,7 +42,7 @@ impl<B: Backend> Interpreter<B> {
             .iter()
             .all(|&t| self.graph.tensors[t].user_refs == 0);
         if unreferenced && self.table.pool().contains(storage) {
-            self.evict(storage, true);
+            self.evict(storage, true, None);
         }
     }
 

@@ -107,7 +107,7 @@ impl<B: Backend> Interpreter<B> {
     }
 
     fn before_any_instruction(&self, what: &str) -> Result<()> {
-        if self.graph.tensors.is_empty() && self.stats.ops == 0 {
+        if self.graph.tensors.is_empty() && self.observers.stats.ops == 0 {
             Ok(())
         } else {
             Err(Error::InvalidArgument(format!(
@@ -162,7 +162,9 @@ impl<B: Backend> Interpreter<B> {
         for root in planned.victims {
             let storage = self.graph.tensors.get(root).map(|t| t.storage);
             match storage {
-                Some(storage) if self.table.pool().contains(storage) => self.evict(storage, false),
+                Some(storage) if self.table.pool().contains(storage) => {
+                    self.evict(storage, false, None)
+                }
                 _ => return Err(broken(format!("victim {root:?} is not evictable"))),
             }
         }

@@ -56,13 +56,16 @@ impl Stats {
 }
 
 /// One eviction or rematerialisation, when [`crate::Config::record_events`] is on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// A storage, named by its root tensor, was evicted.
+    /// A storage, named by its root tensor, was evicted: by the policy, with
+    /// the victim's score when the policy has one, or (`eager`) because
+    /// its handles were dropped.
     Evict {
         tensor: TensorId,
         bytes: u64,
         eager: bool,
+        score: Option<f64>,
     },
     /// An op was run again to recompute `tensor` (the first output it restored).
     Rematerialize { tensor: TensorId, op: String },

@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 
 use super::eviction::RoomFor;
-use super::Interpreter;
+use super::{Interpreter, RunEvent};
 use crate::backend::Backend;
 use crate::config::RestoreMode;
 use crate::error::Result;
@@ -88,7 +88,11 @@ impl<B: Backend> Interpreter<B> {
             {
                 Ok(()) => {
                     self.copies.to_host_until = end;
-                    self.stats.host_copies += 1;
+                    let event = RunEvent::HostCopied {
+                        storage,
+                        bytes: info.bytes,
+                    };
+                    self.observers.notify(&event, &self.graph);
                 }
                 Err(error) => {
                     tracing::warn!(target: "dtr::swap", %error, "write-back failed; the storage will be recomputed if evicted");
@@ -138,7 +142,8 @@ impl<B: Backend> Interpreter<B> {
                 return false;
             }
             self.copies.to_host_until = end;
-            self.stats.host_copies += 1;
+            let event = RunEvent::HostCopied { storage, bytes };
+            self.observers.notify(&event, &self.graph);
         }
         self.stall_until(end);
         true
@@ -188,8 +193,8 @@ impl<B: Backend> Interpreter<B> {
         self.stall_until(end);
         self.graph.tensors[root].defined = true;
         self.heuristic.on_rematerialize(storage, &self.graph);
-        self.stats.swap_ins += 1;
-        tracing::debug!(target: "dtr::swap", tensor = ?root, bytes, clock = self.graph.clock, "swapped in");
+        let event = RunEvent::SwappedIn { storage, bytes };
+        self.observers.notify(&event, &self.graph);
         Ok(())
     }
 
@@ -226,17 +231,23 @@ impl<B: Backend> Interpreter<B> {
                 f64::INFINITY
             }
         };
-        self.search
-            .lowest(pool, |_| {}, |storage, _| Some(swap_density(storage)))
-            .into_iter()
-            .collect()
+        let found = self
+            .search
+            .lowest(pool, |_| {}, |storage, _| Some(swap_density(storage)));
+        crate::policy::Victims {
+            storages: found.iter().map(|&(storage, _)| storage).collect(),
+            score: found.map(|(_, score)| score),
+        }
     }
 
     /// Compute waits for the copy queue until `time`.
     fn stall_until(&mut self, time: u64) {
         let stall = time.saturating_sub(self.graph.clock);
         self.graph.clock += stall;
-        self.stats.swap_stall = self.stats.swap_stall.saturating_add(stall);
+        if stall > 0 {
+            let event = RunEvent::Stalled { cost: stall };
+            self.observers.notify(&event, &self.graph);
+        }
     }
 
     /// What recomputing `storage` would cost now: its own ops, and those

@@ -18,6 +18,7 @@ use super::dtr_eq::DtrEq;
 use super::{CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
 use crate::graph::{Graph, StorageId};
 use crate::memory::Piece;
+use smallvec::SmallVec;
 
 /// A heuristic that can price recomputing around a storage.
 pub trait NeighbourhoodCost: Heuristic {
@@ -72,7 +73,7 @@ impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
         // The window: pieces (size, cost, evictable storage) in address order.
         let mut window: VecDeque<(u64, f64, Option<StorageId>)> = VecDeque::new();
         let (mut size, mut cost) = (0u64, 0.0f64);
-        let mut best: Option<(f64, Victims)> = None;
+        let mut best: Option<(f64, SmallVec<[StorageId; 4]>)> = None;
         for piece in arena.pieces() {
             let entry = match piece {
                 Piece::Free { size, .. } => (size, 0.0, None),
@@ -107,7 +108,10 @@ impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
             }
         }
         match best {
-            Some((_, victims)) => victims,
+            Some((cost, storages)) => Victims {
+                storages,
+                score: Some(cost),
+            },
             // No window can ever hold the request: free what the scores say.
             None => self.eq.choose(pool, view, request, search),
         }

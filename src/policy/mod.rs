@@ -46,8 +46,13 @@ impl PolicyView<'_> {
     }
 }
 
-/// Victims chosen for one round of eviction.
-pub type Victims = SmallVec<[StorageId; 4]>;
+/// Victims chosen for one round of eviction, with the score that chose
+/// them (one candidate's, or a whole address range's).
+#[derive(Debug, Clone, Default)]
+pub struct Victims {
+    pub storages: SmallVec<[StorageId; 4]>,
+    pub score: Option<f64>,
+}
 
 /// Scores eviction candidates; lower is evicted first.
 pub trait Heuristic: Send {
@@ -89,8 +94,11 @@ pub trait Heuristic: Send {
             Some(self.score(storage, view))
         });
         match found {
-            Some(storage) => smallvec![storage],
-            None => SmallVec::new(),
+            Some((storage, score)) => Victims {
+                storages: smallvec![storage],
+                score: Some(score),
+            },
+            None => Victims::default(),
         }
     }
 

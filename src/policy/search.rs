@@ -48,7 +48,7 @@ impl CandidateSearch {
         }
     }
 
-    /// The candidate with the lowest score: the last one on ties, and a
+    /// The candidate with the lowest score, and that score: the last one on ties, and a
     /// score of 0 ends the search (nothing can be lower). `score` gets the
     /// lowest score so far and may answer `None` for a candidate whose
     /// score it knows to be above it (it could not be chosen); the
@@ -65,7 +65,7 @@ impl CandidateSearch {
         pool: &CandidatePool,
         mut warm: impl FnMut(StorageId),
         mut score: impl FnMut(StorageId, Option<f64>) -> Option<f64>,
-    ) -> Option<StorageId> {
+    ) -> Option<(StorageId, f64)> {
         let mut best: Option<(f64, StorageId)> = None;
         let mut consider = |storage: StorageId| {
             let Some(s) = score(storage, best.map(|(b, _)| b)) else {
@@ -135,6 +135,6 @@ impl CandidateSearch {
                 self.drawn = drawn;
             }
         }
-        best.map(|(_, storage)| storage)
+        best.map(|(score, storage)| (storage, score))
     }
 }

@@ -6,11 +6,13 @@ use slotmap::SecondaryMap;
 
 use super::native::TraceWriter;
 use super::{TraceEvent, TraceOutput, TraceTensor};
-use crate::graph::TensorId;
-use crate::interp::{ProgramObserver, TensorInstruction};
+use crate::graph::{Graph, TensorId};
+use crate::interp::{Observer, RunEvent, TensorInstruction};
 use crate::ops::{Op, Signature};
 
-/// A [`ProgramObserver`] that writes every instruction to a native trace.
+/// An [`Observer`] that writes every instruction of the program to a
+/// native trace (the runtime's own work, evictions and recomputations, is
+/// not part of the program).
 /// Install it with [`crate::Interpreter::set_observer`]; end with
 /// [`crate::Interpreter::finish_observer`], which reports write errors.
 pub struct TraceRecorder<W: Write + Send> {
@@ -48,7 +50,40 @@ impl<W: Write + Send> TraceRecorder<W> {
     }
 }
 
-impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
+impl<W: Write + Send> Observer for TraceRecorder<W> {
+    fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph) {
+        match *event {
+            RunEvent::Put {
+                tensor,
+                bytes,
+                dims,
+                data,
+            } => self.put(tensor, bytes, dims, data),
+            RunEvent::Apply {
+                node,
+                inputs,
+                outputs,
+            } => {
+                let node = &graph.nodes[node];
+                self.apply(&node.op, inputs, outputs, &node.signature);
+            }
+            RunEvent::Instruction {
+                instruction,
+                tensor,
+            } => self.instruction(instruction, tensor),
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        match self.error.take() {
+            Some(error) => Err(error),
+            None => self.writer.finish(),
+        }
+    }
+}
+
+impl<W: Write + Send> TraceRecorder<W> {
     fn put(&mut self, tensor: TensorId, bytes: u64, dims: &[usize], data: Option<&[f32]>) {
         let id = self.name(tensor);
         let dims = data.map(|_| dims.into());
@@ -101,12 +136,5 @@ impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
             TensorInstruction::Unpin => TraceEvent::Unpin { tensor },
             TensorInstruction::Detach => TraceEvent::Detach { tensor },
         });
-    }
-
-    fn finish(&mut self) -> std::io::Result<()> {
-        match self.error.take() {
-            Some(error) => Err(error),
-            None => self.writer.finish(),
-        }
     }
 }
