@@ -191,300 +191,51 @@ impl Op {
             }
             _ => {}
         }
-        let dims = |i: usize| -> &[usize] { &inputs[i].dims };
-        let axis_of = |axis: isize, rank: usize| {
-            resolve_axis(axis, rank)
-                .ok_or_else(|| fail(format!("axis {axis} is out of range for rank {rank}")))
-        };
-        let same_shape = |a: usize, b: usize| {
-            if dims(a) == dims(b) {
-                Ok(())
-            } else {
-                Err(fail(format!(
-                    "shapes {:?} and {:?} must be equal",
-                    dims(a),
-                    dims(b)
-                )))
-            }
-        };
-
         if let Op::Fill { dims, .. } | Op::Reshape { dims } | Op::Expand { dims } = self {
             if checked_numel(dims).is_none() {
                 return Err(fail(format!("shape {:?} is too large", dims.as_slice())));
             }
         }
-        match self {
-            Op::Fill { dims, .. } => Ok(Signature::one(
-                OutputSpec::fresh(dims),
-                dims.iter().product(),
-            )),
-            Op::Unary(_) | Op::Scalar { .. } => Ok(Signature::one(
-                OutputSpec::fresh(dims(0)),
-                inputs[0].numel(),
-            )),
+        let dims = |i: usize| -> &[usize] { &inputs[i].dims };
+        let fresh = |dims: &[usize], cost: usize| Ok(Signature::one(OutputSpec::fresh(dims), cost));
+        let inferred = match self {
+            Op::Fill { dims, .. } => fresh(dims, dims.iter().product()),
+            Op::Unary(_) | Op::Scalar { .. } | Op::Contiguous => fresh(dims(0), inputs[0].numel()),
             Op::UnaryBackward(_) => {
-                same_shape(0, 1)?;
-                Ok(Signature::one(
-                    OutputSpec::fresh(dims(0)),
-                    2 * inputs[0].numel(),
-                ))
+                same_shape(dims(0), dims(1)).and_then(|()| fresh(dims(0), 2 * inputs[0].numel()))
             }
-            Op::Binary(_) => {
-                let out = broadcast_dims(dims(0), dims(1)).ok_or_else(|| {
-                    fail(format!(
-                        "shapes {:?} and {:?} do not broadcast",
-                        dims(0),
-                        dims(1)
-                    ))
-                })?;
-                let n = out.iter().product();
-                Ok(Signature::one(OutputSpec::fresh(&out), n))
+            Op::Binary(_) => match broadcast_dims(dims(0), dims(1)) {
+                Some(out) => fresh(&out, out.iter().product()),
+                None => Err(format!(
+                    "shapes {:?} and {:?} do not broadcast",
+                    dims(0),
+                    dims(1)
+                )),
+            },
+            Op::MatMul => matmul_signature(dims(0), dims(1)),
+            Op::Transpose { .. } | Op::Reshape { .. } | Op::Slice { .. } | Op::Expand { .. } => {
+                view_signature(self, inputs[0])
             }
-            Op::MatMul => matmul_signature(dims(0), dims(1)).map_err(fail),
-            Op::Transpose { dim0, dim1 } => {
-                let rank = inputs[0].rank();
-                let (a, b) = (axis_of(*dim0, rank)?, axis_of(*dim1, rank)?);
-                let mut layout = inputs[0].clone();
-                layout.dims.swap(a, b);
-                layout.strides.swap(a, b);
-                Ok(Signature::one(OutputSpec::view(layout, 0), 1))
-            }
-            Op::Reshape { dims: target } => {
-                let numel: usize = target.iter().product();
-                if numel != inputs[0].numel() {
-                    return Err(fail(format!(
-                        "cannot reshape {:?} ({} elements) to {:?} ({numel} elements)",
-                        dims(0),
-                        inputs[0].numel(),
-                        target.as_slice()
-                    )));
-                }
-                if inputs[0].is_contiguous() {
-                    let mut layout = Layout::contiguous(target);
-                    layout.offset = inputs[0].offset;
-                    Ok(Signature::one(OutputSpec::view(layout, 0), 1))
-                } else {
-                    Ok(Signature::one(OutputSpec::fresh(target), numel))
-                }
-            }
-            Op::Slice { axis, start, end } => {
-                let a = axis_of(*axis, inputs[0].rank())?;
-                if start > end || *end > dims(0)[a] {
-                    return Err(fail(format!(
-                        "range {start}..{end} is outside axis {a} of length {}",
-                        dims(0)[a]
-                    )));
-                }
-                let mut layout = inputs[0].clone();
-                layout.offset += start * layout.strides[a];
-                layout.dims[a] = end - start;
-                Ok(Signature::one(OutputSpec::view(layout, 0), 1))
-            }
-            Op::Expand { dims: target } => {
-                let layout = broadcast_layout(inputs[0], target).ok_or_else(|| {
-                    fail(format!(
-                        "cannot expand {:?} to {:?}",
-                        dims(0),
-                        target.as_slice()
-                    ))
-                })?;
-                Ok(Signature::one(OutputSpec::view(layout, 0), 1))
-            }
-            Op::Contiguous => Ok(Signature::one(
-                OutputSpec::fresh(dims(0)),
-                inputs[0].numel(),
-            )),
-            Op::Concat { axis } => {
-                let a = axis_of(*axis, inputs[0].rank())?;
-                let mut out: Dims = dims(0).into();
-                for (i, input) in inputs.iter().enumerate().skip(1) {
-                    let compatible = input.rank() == out.len()
-                        && input
-                            .dims
-                            .iter()
-                            .zip(&out)
-                            .enumerate()
-                            .all(|(k, (x, y))| k == a || x == y);
-                    if !compatible {
-                        return Err(fail(format!(
-                            "input {i} has shape {:?}, incompatible with {:?} along axis {a}",
-                            input.dims.as_slice(),
-                            dims(0)
-                        )));
-                    }
-                    out[a] += input.dims[a];
-                }
-                let n = out.iter().product();
-                Ok(Signature::one(OutputSpec::fresh(&out), n))
-            }
-            Op::Reduce { op, axis, keepdim } => {
-                let a = axis_of(*axis, inputs[0].rank())?;
-                if *op == ReduceOp::Max && dims(0)[a] == 0 {
-                    return Err(fail("max over an empty axis".into()));
-                }
-                let mut out: Dims = dims(0).into();
-                if *keepdim {
-                    out[a] = 1;
-                } else {
-                    out.remove(a);
-                }
-                Ok(Signature::one(OutputSpec::fresh(&out), inputs[0].numel()))
-            }
+            Op::Concat { axis } => concat_signature(*axis, inputs),
+            Op::Reduce { op, axis, keepdim } => axis_of(*axis, inputs[0].rank())
+                .and_then(|a| reduce_signature(*op, a, *keepdim, dims(0))),
             Op::Softmax { axis } | Op::LogSoftmax { axis } => {
-                axis_of(*axis, inputs[0].rank())?;
-                Ok(Signature::one(
-                    OutputSpec::fresh(dims(0)),
-                    4 * inputs[0].numel(),
-                ))
+                axis_of(*axis, inputs[0].rank()).and_then(|_| fresh(dims(0), 4 * inputs[0].numel()))
             }
             Op::SoftmaxBackward { axis } | Op::LogSoftmaxBackward { axis } => {
-                axis_of(*axis, inputs[0].rank())?;
-                same_shape(0, 1)?;
-                Ok(Signature::one(
-                    OutputSpec::fresh(dims(0)),
-                    4 * inputs[0].numel(),
-                ))
+                axis_of(*axis, inputs[0].rank())
+                    .and_then(|_| same_shape(dims(0), dims(1)))
+                    .and_then(|()| fresh(dims(0), 4 * inputs[0].numel()))
             }
-            Op::LayerNorm { .. } => {
-                let (rows, d) = layer_norm_rows(dims(0)).map_err(fail)?;
-                for (i, what) in [(1, "gamma"), (2, "beta")] {
-                    if dims(i) != [d] {
-                        return Err(fail(format!(
-                            "{what} has shape {:?}, expected [{d}]",
-                            dims(i)
-                        )));
-                    }
-                }
-                let stats = &dims(0)[..dims(0).len() - 1];
-                Ok(Signature {
-                    outputs: [
-                        OutputSpec::fresh(dims(0)),
-                        OutputSpec::fresh(stats),
-                        OutputSpec::fresh(stats),
-                    ]
-                    .into_iter()
-                    .collect(),
-                    cost: (8 * rows * d) as u64,
-                })
+            Op::LayerNorm { .. } => layer_norm_signature(dims(0), dims(1), dims(2)),
+            Op::LayerNormBackward => layer_norm_backward_signature(inputs),
+            Op::Conv2d(_) | Op::Conv2dBackwardData { .. } | Op::Conv2dBackwardWeight { .. } => {
+                conv_signature(self, dims(0), dims(1))
             }
-            Op::LayerNormBackward => {
-                same_shape(0, 1)?;
-                let (rows, d) = layer_norm_rows(dims(1)).map_err(fail)?;
-                let stats = &dims(1)[..dims(1).len() - 1];
-                if dims(2) != [d] || dims(3) != stats || dims(4) != stats {
-                    return Err(fail(format!(
-                        "gamma {:?}, mean {:?}, rstd {:?} do not match x {:?}",
-                        dims(2),
-                        dims(3),
-                        dims(4),
-                        dims(1)
-                    )));
-                }
-                Ok(Signature {
-                    outputs: [
-                        OutputSpec::fresh(dims(1)),
-                        OutputSpec::fresh(&[d]),
-                        OutputSpec::fresh(&[d]),
-                    ]
-                    .into_iter()
-                    .collect(),
-                    cost: (12 * rows * d) as u64,
-                })
-            }
-            Op::Conv2d(window) => {
-                let (x, w) = (
-                    rank4(dims(0), "x").map_err(fail)?,
-                    rank4(dims(1), "weight").map_err(fail)?,
-                );
-                if x[1] != w[1] {
-                    return Err(fail(format!(
-                        "x has {} channels but weight expects {}",
-                        x[1], w[1]
-                    )));
-                }
-                let (oh, ow) = conv_output(window, [x[2], x[3]], [w[2], w[3]]).map_err(fail)?;
-                let out = [x[0], w[0], oh, ow];
-                let flops = 2 * x[0] * w[0] * oh * ow * w[1] * w[2] * w[3];
-                Ok(Signature::one(OutputSpec::fresh(&out), flops))
-            }
-            Op::Conv2dBackwardData { window, input_hw } => {
-                let (dy, w) = (
-                    rank4(dims(0), "grad_out").map_err(fail)?,
-                    rank4(dims(1), "weight").map_err(fail)?,
-                );
-                let expected = conv_output(window, *input_hw, [w[2], w[3]]).map_err(fail)?;
-                if dy[1] != w[0] || (dy[2], dy[3]) != expected {
-                    return Err(fail(format!(
-                        "grad_out {dy:?} does not match weight {w:?} and input size {input_hw:?}"
-                    )));
-                }
-                let flops = 2 * dy[0] * w[0] * dy[2] * dy[3] * w[1] * w[2] * w[3];
-                Ok(Signature::one(
-                    OutputSpec::fresh(&[dy[0], w[1], input_hw[0], input_hw[1]]),
-                    flops,
-                ))
-            }
-            Op::Conv2dBackwardWeight { window, kernel_hw } => {
-                let (dy, x) = (
-                    rank4(dims(0), "grad_out").map_err(fail)?,
-                    rank4(dims(1), "x").map_err(fail)?,
-                );
-                let expected = conv_output(window, [x[2], x[3]], *kernel_hw).map_err(fail)?;
-                if dy[0] != x[0] || (dy[2], dy[3]) != expected {
-                    return Err(fail(format!(
-                        "grad_out {dy:?} does not match x {x:?} and kernel size {kernel_hw:?}"
-                    )));
-                }
-                let flops = 2 * dy[0] * dy[1] * dy[2] * dy[3] * x[1] * kernel_hw[0] * kernel_hw[1];
-                Ok(Signature::one(
-                    OutputSpec::fresh(&[dy[1], x[1], kernel_hw[0], kernel_hw[1]]),
-                    flops,
-                ))
-            }
-            Op::MaxPool2d { kernel, window } | Op::AvgPool2d { kernel, window } => {
-                let x = rank4(dims(0), "x").map_err(fail)?;
-                check_pool_padding(kernel, window).map_err(fail)?;
-                let (oh, ow) = conv_output(window, [x[2], x[3]], *kernel).map_err(fail)?;
-                let n = x[0] * x[1] * oh * ow;
-                Ok(Signature::one(
-                    OutputSpec::fresh(&[x[0], x[1], oh, ow]),
-                    n * kernel[0] * kernel[1],
-                ))
-            }
-            Op::MaxPool2dBackward { kernel, window } => {
-                let (dy, x) = (
-                    rank4(dims(0), "grad_out").map_err(fail)?,
-                    rank4(dims(1), "x").map_err(fail)?,
-                );
-                let (oh, ow) = conv_output(window, [x[2], x[3]], *kernel).map_err(fail)?;
-                if dy != [x[0], x[1], oh, ow] {
-                    return Err(fail(format!(
-                        "grad_out {dy:?} does not match the pooled shape of x {x:?}"
-                    )));
-                }
-                Ok(Signature::one(
-                    OutputSpec::fresh(&x),
-                    dy.iter().product::<usize>() * kernel[0] * kernel[1],
-                ))
-            }
-            Op::AvgPool2dBackward {
-                kernel,
-                window,
-                input_hw,
-            } => {
-                let dy = rank4(dims(0), "grad_out").map_err(fail)?;
-                let (oh, ow) = conv_output(window, *input_hw, *kernel).map_err(fail)?;
-                if (dy[2], dy[3]) != (oh, ow) {
-                    return Err(fail(format!(
-                        "grad_out {dy:?} does not match input size {input_hw:?}"
-                    )));
-                }
-                let out = [dy[0], dy[1], input_hw[0], input_hw[1]];
-                Ok(Signature::one(
-                    OutputSpec::fresh(&out),
-                    dy.iter().product::<usize>() * kernel[0] * kernel[1],
-                ))
-            }
+            Op::MaxPool2d { .. }
+            | Op::AvgPool2d { .. }
+            | Op::MaxPool2dBackward { .. }
+            | Op::AvgPool2dBackward { .. } => pool_signature(self, inputs),
             Op::Embedding => {
                 if inputs[0].rank() != 2 {
                     return Err(fail(format!(
@@ -494,73 +245,315 @@ impl Op {
                 }
                 let mut out: Dims = dims(1).into();
                 out.push(dims(0)[1]);
-                let n = out.iter().product();
-                Ok(Signature::one(OutputSpec::fresh(&out), n))
+                fresh(&out, out.iter().product())
             }
             Op::EmbeddingBackward { num_embeddings } => {
                 let (dy, idx) = (dims(0), dims(1));
                 if dy.len() != idx.len() + 1 || dy[..idx.len()] != *idx {
-                    return Err(fail(format!(
+                    Err(format!(
                         "grad_out {dy:?} must be indices {idx:?} plus one axis"
-                    )));
+                    ))
+                } else {
+                    fresh(&[*num_embeddings, dy[dy.len() - 1]], inputs[0].numel())
                 }
-                let d = dy[dy.len() - 1];
-                Ok(Signature::one(
-                    OutputSpec::fresh(&[*num_embeddings, d]),
-                    inputs[0].numel(),
-                ))
             }
-            Op::CrossEntropy => {
-                check_cross_entropy(dims(0), dims(1)).map_err(fail)?;
-                Ok(Signature::one(
-                    OutputSpec::fresh(&[]),
-                    4 * inputs[0].numel(),
-                ))
-            }
-            Op::Recorded(recorded) => {
-                let mut outputs = SmallVec::new();
-                for (k, output) in recorded.outputs.iter().enumerate() {
-                    outputs.push(match output.alias_of {
-                        Some(i) if i >= inputs.len() => {
-                            return Err(fail(format!(
-                                "output {k} aliases input {i}, but there are {} inputs",
-                                inputs.len()
-                            )))
-                        }
-                        Some(i) => OutputSpec::view(inputs[i].clone(), i),
-                        // Data-free: the layout only has to describe `bytes`.
-                        None => OutputSpec {
-                            layout: Layout::contiguous(&[
-                                output.bytes.div_ceil(ELEMENT_BYTES) as usize
-                            ]),
-                            alias_of: None,
-                            bytes: output.bytes,
-                        },
-                    });
-                }
-                Ok(Signature {
-                    outputs: outputs.into(),
-                    cost: recorded.cost,
-                })
-            }
+            Op::CrossEntropy => check_cross_entropy(dims(0), dims(1))
+                .and_then(|()| fresh(&[], 4 * inputs[0].numel())),
             Op::CrossEntropyBackward => {
                 if !dims(0).is_empty() {
-                    return Err(fail(format!(
-                        "grad_loss must be a scalar, got {:?}",
-                        dims(0)
-                    )));
+                    Err(format!("grad_loss must be a scalar, got {:?}", dims(0)))
+                } else {
+                    check_cross_entropy(dims(1), dims(2))
+                        .and_then(|()| fresh(dims(1), 4 * inputs[1].numel()))
                 }
-                check_cross_entropy(dims(1), dims(2)).map_err(fail)?;
-                Ok(Signature::one(
-                    OutputSpec::fresh(dims(1)),
-                    4 * inputs[1].numel(),
-                ))
             }
-        }
+            Op::Recorded(recorded) => recorded_signature(recorded, inputs),
+        };
+        inferred.map_err(fail)
     }
 }
 
-fn matmul_signature(a: &[usize], b: &[usize]) -> std::result::Result<Signature, String> {
+/// Shape inference's answer, with the problem in words when it fails.
+type Inferred = std::result::Result<Signature, String>;
+
+fn axis_of(axis: isize, rank: usize) -> std::result::Result<usize, String> {
+    resolve_axis(axis, rank).ok_or_else(|| format!("axis {axis} is out of range for rank {rank}"))
+}
+
+fn same_shape(a: &[usize], b: &[usize]) -> std::result::Result<(), String> {
+    if a == b {
+        Ok(())
+    } else {
+        Err(format!("shapes {a:?} and {b:?} must be equal"))
+    }
+}
+
+/// Transpose, reshape, slice and expand: views of their input where the
+/// layout allows (a reshape of a non-contiguous tensor copies).
+fn view_signature(op: &Op, input: &Layout) -> Inferred {
+    let view = |layout: Layout| Ok(Signature::one(OutputSpec::view(layout, 0), 1));
+    match op {
+        Op::Transpose { dim0, dim1 } => {
+            let (a, b) = (axis_of(*dim0, input.rank())?, axis_of(*dim1, input.rank())?);
+            let mut layout = input.clone();
+            layout.dims.swap(a, b);
+            layout.strides.swap(a, b);
+            view(layout)
+        }
+        Op::Reshape { dims: target } => {
+            let numel: usize = target.iter().product();
+            if numel != input.numel() {
+                return Err(format!(
+                    "cannot reshape {:?} ({} elements) to {:?} ({numel} elements)",
+                    input.dims.as_slice(),
+                    input.numel(),
+                    target.as_slice()
+                ));
+            }
+            if input.is_contiguous() {
+                let mut layout = Layout::contiguous(target);
+                layout.offset = input.offset;
+                view(layout)
+            } else {
+                Ok(Signature::one(OutputSpec::fresh(target), numel))
+            }
+        }
+        Op::Slice { axis, start, end } => {
+            let a = axis_of(*axis, input.rank())?;
+            if start > end || *end > input.dims[a] {
+                return Err(format!(
+                    "range {start}..{end} is outside axis {a} of length {}",
+                    input.dims[a]
+                ));
+            }
+            let mut layout = input.clone();
+            layout.offset += start * layout.strides[a];
+            layout.dims[a] = end - start;
+            view(layout)
+        }
+        Op::Expand { dims: target } => match broadcast_layout(input, target) {
+            Some(layout) => view(layout),
+            None => Err(format!(
+                "cannot expand {:?} to {:?}",
+                input.dims.as_slice(),
+                target.as_slice()
+            )),
+        },
+        other => unreachable!("`{}` is not a view op", other.name()),
+    }
+}
+
+fn concat_signature(axis: isize, inputs: &[&Layout]) -> Inferred {
+    let first = &inputs[0].dims;
+    let a = axis_of(axis, first.len())?;
+    let mut out: Dims = first.clone();
+    for (i, input) in inputs.iter().enumerate().skip(1) {
+        let compatible = input.rank() == out.len()
+            && input
+                .dims
+                .iter()
+                .zip(&out)
+                .enumerate()
+                .all(|(k, (x, y))| k == a || x == y);
+        if !compatible {
+            return Err(format!(
+                "input {i} has shape {:?}, incompatible with {:?} along axis {a}",
+                input.dims.as_slice(),
+                first.as_slice()
+            ));
+        }
+        out[a] += input.dims[a];
+    }
+    let n = out.iter().product();
+    Ok(Signature::one(OutputSpec::fresh(&out), n))
+}
+
+fn reduce_signature(op: ReduceOp, axis: usize, keepdim: bool, x: &[usize]) -> Inferred {
+    if op == ReduceOp::Max && x[axis] == 0 {
+        return Err("max over an empty axis".into());
+    }
+    let mut out: Dims = x.into();
+    if keepdim {
+        out[axis] = 1;
+    } else {
+        out.remove(axis);
+    }
+    Ok(Signature::one(OutputSpec::fresh(&out), x.iter().product()))
+}
+
+/// Normalised x, then the per-row mean and reciprocal standard deviation.
+fn layer_norm_signature(x: &[usize], gamma: &[usize], beta: &[usize]) -> Inferred {
+    let (rows, d) = layer_norm_rows(x)?;
+    for (what, dims) in [("gamma", gamma), ("beta", beta)] {
+        if dims != [d] {
+            return Err(format!("{what} has shape {dims:?}, expected [{d}]"));
+        }
+    }
+    let stats = &x[..x.len() - 1];
+    Ok(Signature {
+        outputs: [
+            OutputSpec::fresh(x),
+            OutputSpec::fresh(stats),
+            OutputSpec::fresh(stats),
+        ]
+        .into_iter()
+        .collect(),
+        cost: (8 * rows * d) as u64,
+    })
+}
+
+/// From (dy, x, gamma, mean, rstd): the gradients of x, gamma and beta.
+fn layer_norm_backward_signature(inputs: &[&Layout]) -> Inferred {
+    let dims = |i: usize| -> &[usize] { &inputs[i].dims };
+    same_shape(dims(0), dims(1))?;
+    let (rows, d) = layer_norm_rows(dims(1))?;
+    let stats = &dims(1)[..dims(1).len() - 1];
+    if dims(2) != [d] || dims(3) != stats || dims(4) != stats {
+        return Err(format!(
+            "gamma {:?}, mean {:?}, rstd {:?} do not match x {:?}",
+            dims(2),
+            dims(3),
+            dims(4),
+            dims(1)
+        ));
+    }
+    Ok(Signature {
+        outputs: [
+            OutputSpec::fresh(dims(1)),
+            OutputSpec::fresh(&[d]),
+            OutputSpec::fresh(&[d]),
+        ]
+        .into_iter()
+        .collect(),
+        cost: (12 * rows * d) as u64,
+    })
+}
+
+/// A convolution (x, weight) or its gradients: for the data, from
+/// (grad_out, weight); for the weight, from (grad_out, x).
+fn conv_signature(op: &Op, first: &[usize], second: &[usize]) -> Inferred {
+    let fresh = |dims: [usize; 4], flops| Ok(Signature::one(OutputSpec::fresh(&dims), flops));
+    match op {
+        Op::Conv2d(window) => {
+            let (x, w) = (rank4(first, "x")?, rank4(second, "weight")?);
+            if x[1] != w[1] {
+                return Err(format!(
+                    "x has {} channels but weight expects {}",
+                    x[1], w[1]
+                ));
+            }
+            let (oh, ow) = conv_output(window, [x[2], x[3]], [w[2], w[3]])?;
+            let flops = 2 * x[0] * w[0] * oh * ow * w[1] * w[2] * w[3];
+            fresh([x[0], w[0], oh, ow], flops)
+        }
+        Op::Conv2dBackwardData { window, input_hw } => {
+            let (dy, w) = (rank4(first, "grad_out")?, rank4(second, "weight")?);
+            let expected = conv_output(window, *input_hw, [w[2], w[3]])?;
+            if dy[1] != w[0] || (dy[2], dy[3]) != expected {
+                return Err(format!(
+                    "grad_out {dy:?} does not match weight {w:?} and input size {input_hw:?}"
+                ));
+            }
+            let flops = 2 * dy[0] * w[0] * dy[2] * dy[3] * w[1] * w[2] * w[3];
+            fresh([dy[0], w[1], input_hw[0], input_hw[1]], flops)
+        }
+        Op::Conv2dBackwardWeight { window, kernel_hw } => {
+            let (dy, x) = (rank4(first, "grad_out")?, rank4(second, "x")?);
+            let expected = conv_output(window, [x[2], x[3]], *kernel_hw)?;
+            if dy[0] != x[0] || (dy[2], dy[3]) != expected {
+                return Err(format!(
+                    "grad_out {dy:?} does not match x {x:?} and kernel size {kernel_hw:?}"
+                ));
+            }
+            let flops = 2 * dy[0] * dy[1] * dy[2] * dy[3] * x[1] * kernel_hw[0] * kernel_hw[1];
+            fresh([dy[1], x[1], kernel_hw[0], kernel_hw[1]], flops)
+        }
+        other => unreachable!("`{}` is not a convolution", other.name()),
+    }
+}
+
+/// Max and average pooling of x, and their gradients: max pooling's from
+/// (grad_out, x), average pooling's from grad_out and the input size.
+fn pool_signature(op: &Op, inputs: &[&Layout]) -> Inferred {
+    let window_cost = |dims: &[usize], kernel: &[usize; 2]| {
+        dims.iter().product::<usize>() * kernel[0] * kernel[1]
+    };
+    match op {
+        Op::MaxPool2d { kernel, window } | Op::AvgPool2d { kernel, window } => {
+            let x = rank4(&inputs[0].dims, "x")?;
+            check_pool_padding(kernel, window)?;
+            let (oh, ow) = conv_output(window, [x[2], x[3]], *kernel)?;
+            let out = [x[0], x[1], oh, ow];
+            Ok(Signature::one(
+                OutputSpec::fresh(&out),
+                window_cost(&out, kernel),
+            ))
+        }
+        Op::MaxPool2dBackward { kernel, window } => {
+            let (dy, x) = (
+                rank4(&inputs[0].dims, "grad_out")?,
+                rank4(&inputs[1].dims, "x")?,
+            );
+            let (oh, ow) = conv_output(window, [x[2], x[3]], *kernel)?;
+            if dy != [x[0], x[1], oh, ow] {
+                return Err(format!(
+                    "grad_out {dy:?} does not match the pooled shape of x {x:?}"
+                ));
+            }
+            Ok(Signature::one(
+                OutputSpec::fresh(&x),
+                window_cost(&dy, kernel),
+            ))
+        }
+        Op::AvgPool2dBackward {
+            kernel,
+            window,
+            input_hw,
+        } => {
+            let dy = rank4(&inputs[0].dims, "grad_out")?;
+            let (oh, ow) = conv_output(window, *input_hw, *kernel)?;
+            if (dy[2], dy[3]) != (oh, ow) {
+                return Err(format!(
+                    "grad_out {dy:?} does not match input size {input_hw:?}"
+                ));
+            }
+            let out = [dy[0], dy[1], input_hw[0], input_hw[1]];
+            Ok(Signature::one(
+                OutputSpec::fresh(&out),
+                window_cost(&dy, kernel),
+            ))
+        }
+        other => unreachable!("`{}` is not a pooling op", other.name()),
+    }
+}
+
+/// A recorded op's outputs: views of the inputs it names, or data-free
+/// storages whose layouts only describe their bytes.
+fn recorded_signature(recorded: &super::RecordedOp, inputs: &[&Layout]) -> Inferred {
+    let mut outputs = SmallVec::new();
+    for (k, output) in recorded.outputs.iter().enumerate() {
+        outputs.push(match output.alias_of {
+            Some(i) if i >= inputs.len() => {
+                return Err(format!(
+                    "output {k} aliases input {i}, but there are {} inputs",
+                    inputs.len()
+                ))
+            }
+            Some(i) => OutputSpec::view(inputs[i].clone(), i),
+            None => OutputSpec {
+                layout: Layout::contiguous(&[output.bytes.div_ceil(ELEMENT_BYTES) as usize]),
+                alias_of: None,
+                bytes: output.bytes,
+            },
+        });
+    }
+    Ok(Signature {
+        outputs: outputs.into(),
+        cost: recorded.cost,
+    })
+}
+
+fn matmul_signature(a: &[usize], b: &[usize]) -> Inferred {
     if a.len() < 2 || b.len() < 2 {
         return Err(format!("operands must have rank >= 2, got {a:?} and {b:?}"));
     }

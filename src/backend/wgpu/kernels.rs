@@ -11,7 +11,7 @@ const MAX_RANK: usize = 8;
 
 /// One WGSL entry point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kernel {
+pub(crate) enum Kernel {
     Unary,
     UnaryBackward,
     Binary,
@@ -251,7 +251,37 @@ fn window_params(window: &Window2d) -> [u32; 4] {
     ]
 }
 
-/// Encodes `op` writing into `outputs` (one buffer per fresh output).
+/// One op being encoded: its inputs (views and GPU slices), the slices of
+/// its fresh outputs, and its signature.
+struct Call<'a, 'b> {
+    inputs: &'a [BufferView<'b, WgpuBuffer>],
+    ins: Vec<Slice>,
+    outs: Vec<Option<Slice>>,
+    signature: &'a Signature,
+    /// Elements of the first output, as the kernels count them.
+    n32: u32,
+}
+
+impl Call<'_, '_> {
+    fn out(&self, k: usize) -> &Slice {
+        self.outs[k].as_ref().expect("fresh output")
+    }
+
+    fn out_layout(&self) -> &Layout {
+        &self.signature.outputs[0].layout
+    }
+
+    fn out_dims(&self) -> &[usize] {
+        &self.out_layout().dims
+    }
+
+    fn input_dims(&self, k: usize) -> &[usize] {
+        &self.inputs[k].layout.dims
+    }
+}
+
+/// Encodes `op` writing into `outputs` (one buffer per fresh output): picks
+/// the kernel family, whose function sets parameters and bindings.
 pub fn encode(
     gpu: &mut WgpuBackend,
     op: &Op,
@@ -259,16 +289,16 @@ pub fn encode(
     signature: &Signature,
     outputs: &[Option<WgpuBuffer>],
 ) -> Result<()> {
-    let ins: Vec<Slice> = inputs.iter().map(|v| gpu.slice(v.buffer)).collect();
-    let outs: Vec<Option<Slice>> = outputs
-        .iter()
-        .map(|o| o.as_ref().map(|b| gpu.slice(b)))
-        .collect();
-    let out = |k: usize| -> &Slice { outs[k].as_ref().expect("fresh output") };
-    let out_layout = &signature.outputs[0].layout;
-    let out_dims: &[usize] = &out_layout.dims;
-    let n = out_layout.numel();
-    let n32 = to_u32(n, "element count")?;
+    let call = Call {
+        inputs,
+        ins: inputs.iter().map(|v| gpu.slice(v.buffer)).collect(),
+        outs: outputs
+            .iter()
+            .map(|o| o.as_ref().map(|b| gpu.slice(b)))
+            .collect(),
+        signature,
+        n32: to_u32(signature.outputs[0].layout.numel(), "element count")?,
+    };
     match op {
         Op::Recorded(recorded) => Err(fail(format!(
             "`{}` was recorded without a kernel; replay it on the simulator backend",
@@ -280,421 +310,440 @@ pub fn encode(
         // is the reshaped tensor's too.
         Op::Reshape { .. } | Op::Contiguous => {
             let input = inputs[0].layout;
-            gpu.copy(&ins[0], input, out(0), &Layout::contiguous(&input.dims))
+            gpu.copy(
+                &call.ins[0],
+                input,
+                call.out(0),
+                &Layout::contiguous(&input.dims),
+            )
         }
+        Op::Concat { axis } => concat(gpu, &call, *axis),
         Op::Fill { value, .. } => {
+            let params = [call.n32, 0, 0, value.to_bits()];
             gpu.dispatch(
                 Kernel::Fill,
-                &[n32, 0, 0, value.to_bits()],
-                &[(3, out(0))],
-                groups_for(n32),
+                &params,
+                &[(3, call.out(0))],
+                groups_for(call.n32),
             );
             Ok(())
         }
-        Op::Unary(u) => {
-            let a = inputs[0];
-            if vec4_ready(a.layout, out_dims) {
-                let params = [n32 / 4, unary_code(*u), 0];
-                gpu.dispatch(
-                    Kernel::Unary4,
-                    &params,
-                    &[(1, &ins[0]), (3, out(0))],
-                    groups_for(n32 / 4),
-                );
-            } else {
-                let params =
-                    strided_params(n, unary_code(*u), 0.0, out_dims, a.layout, None, None)?;
-                gpu.dispatch(
-                    Kernel::Unary,
-                    &params,
-                    &[(1, &ins[0]), (3, out(0))],
-                    groups_for(n32),
-                );
-            }
-            Ok(())
-        }
-        Op::Scalar { op, value } => {
-            let a = inputs[0];
-            if vec4_ready(a.layout, out_dims) {
-                let params = [n32 / 4, scalar_code(*op), value.to_bits()];
-                gpu.dispatch(
-                    Kernel::Scalar4,
-                    &params,
-                    &[(1, &ins[0]), (3, out(0))],
-                    groups_for(n32 / 4),
-                );
-            } else {
-                let params =
-                    strided_params(n, scalar_code(*op), *value, out_dims, a.layout, None, None)?;
-                gpu.dispatch(
-                    Kernel::Scalar,
-                    &params,
-                    &[(1, &ins[0]), (3, out(0))],
-                    groups_for(n32),
-                );
-            }
-            Ok(())
-        }
-        Op::Binary(b) => {
-            let (x, y) = (inputs[0], inputs[1]);
-            if vec4_ready(x.layout, out_dims) && vec4_ready(y.layout, out_dims) {
-                let params = [n32 / 4, binary_code(*b), 0];
-                let bindings = [(1, &ins[0]), (2, &ins[1]), (3, out(0))];
-                gpu.dispatch(Kernel::Binary4, &params, &bindings, groups_for(n32 / 4));
-            } else {
-                let (Some(lx), Some(ly)) = (
-                    broadcast_layout(x.layout, out_dims),
-                    broadcast_layout(y.layout, out_dims),
-                ) else {
-                    return Err(fail("operands do not broadcast"));
-                };
-                let params =
-                    strided_params(n, binary_code(*b), 0.0, out_dims, &lx, Some(&ly), None)?;
-                let bindings = [(1, &ins[0]), (2, &ins[1]), (3, out(0))];
-                gpu.dispatch(Kernel::Binary, &params, &bindings, groups_for(n32));
-            }
-            Ok(())
-        }
+        Op::Unary(u) => map(
+            gpu,
+            &call,
+            [Kernel::Unary4, Kernel::Unary],
+            unary_code(*u),
+            0.0,
+        ),
+        Op::Scalar { op, value } => map(
+            gpu,
+            &call,
+            [Kernel::Scalar4, Kernel::Scalar],
+            scalar_code(*op),
+            *value,
+        ),
+        Op::Binary(b) => binary(gpu, &call, *b),
         Op::UnaryBackward(u) => {
-            let (g, s) = (inputs[0], inputs[1]);
+            let (g, s) = (call.inputs[0], call.inputs[1]);
+            let n = call.out_layout().numel();
             let params = strided_params(
                 n,
                 unary_code(*u),
                 0.0,
-                out_dims,
+                call.out_dims(),
                 g.layout,
                 Some(s.layout),
                 None,
             )?;
-            let bindings = [(1, &ins[0]), (2, &ins[1]), (3, out(0))];
-            gpu.dispatch(Kernel::UnaryBackward, &params, &bindings, groups_for(n32));
-            Ok(())
-        }
-        Op::Concat { axis } => {
-            let target = Layout::contiguous(out_dims);
-            let a = resolve_axis(*axis, out_dims.len()).unwrap_or(0);
-            let mut start = 0;
-            for (input, slice) in inputs.iter().zip(&ins) {
-                let mut slab = target.clone();
-                slab.dims[a] = input.layout.dims[a];
-                slab.offset = start * target.strides[a];
-                start += input.layout.dims[a];
-                gpu.copy(slice, input.layout, out(0), &slab)?;
-            }
-            Ok(())
-        }
-        Op::MatMul => {
-            let (ad, bd) = (&inputs[0].layout.dims, &inputs[1].layout.dims);
-            let (m, k, nn) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
-            let batch: usize = out_dims[..out_dims.len() - 2].iter().product();
-            let b_stride = if bd.len() > 2 { k * nn } else { 0 };
-            let (a, b) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let params = [
-                to_u32(m, "rows")?,
-                to_u32(nn, "columns")?,
-                to_u32(k, "inner size")?,
-                to_u32(b_stride, "stride")?,
-            ];
-            let groups = [
-                to_u32(nn.div_ceil(64), "tiles")?,
-                to_u32(m.div_ceil(64), "tiles")?,
-                to_u32(batch, "batch")?,
-            ];
+            let bindings = [(1, &call.ins[0]), (2, &call.ins[1]), (3, call.out(0))];
             gpu.dispatch(
-                Kernel::MatMul,
+                Kernel::UnaryBackward,
                 &params,
-                &[(1, &a), (2, &b), (3, out(0))],
-                groups,
+                &bindings,
+                groups_for(call.n32),
             );
             Ok(())
         }
+        Op::MatMul => matmul(gpu, &call),
         Op::Reduce { op, axis, .. } => {
-            let (outer, len, inner) = split(&inputs[0].layout.dims, *axis);
             let code = match op {
                 ReduceOp::Sum => 0,
                 ReduceOp::Mean => 1,
                 ReduceOp::Max => 2,
             };
             let a = gpu.packed(inputs[0])?;
-            reduce(gpu, &a, out(0), (outer, len, inner), code)
+            reduce(gpu, &a, call.out(0), split(call.input_dims(0), *axis), code)
         }
-        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
-            let (outer, len, inner) = split(&inputs[0].layout.dims, *axis);
-            let log = matches!(op, Op::LogSoftmax { .. }) as u32;
-            let a = gpu.packed(inputs[0])?;
-            let params = [
-                to_u32(outer, "rows")?,
-                to_u32(len, "length")?,
-                to_u32(inner, "columns")?,
-                log,
-            ];
-            gpu.dispatch(
-                Kernel::Softmax,
-                &params,
-                &[(1, &a), (3, out(0))],
-                rows_groups(to_u32(outer * inner, "rows")?),
-            );
-            Ok(())
+        Op::Softmax { axis } => softmax(gpu, &call, *axis, false, false),
+        Op::LogSoftmax { axis } => softmax(gpu, &call, *axis, true, false),
+        Op::SoftmaxBackward { axis } => softmax(gpu, &call, *axis, false, true),
+        Op::LogSoftmaxBackward { axis } => softmax(gpu, &call, *axis, true, true),
+        Op::LayerNorm { eps } => layer_norm(gpu, &call, *eps),
+        Op::LayerNormBackward => layer_norm_backward(gpu, &call),
+        Op::Conv2d(window) => conv2d(gpu, &call, Kernel::Conv2d, window),
+        Op::Conv2dBackwardData { window, .. } => {
+            conv2d(gpu, &call, Kernel::Conv2dBackwardData, window)
         }
-        Op::SoftmaxBackward { axis } | Op::LogSoftmaxBackward { axis } => {
-            let (outer, len, inner) = split(&inputs[0].layout.dims, *axis);
-            let log = matches!(op, Op::LogSoftmaxBackward { .. }) as u32;
-            let (g, y) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let params = [
-                to_u32(outer, "rows")?,
-                to_u32(len, "length")?,
-                to_u32(inner, "columns")?,
-                log,
-            ];
-            let rows = rows_groups(to_u32(outer * inner, "rows")?);
-            gpu.dispatch(
-                Kernel::SoftmaxBackward,
-                &params,
-                &[(1, &g), (2, &y), (3, out(0))],
-                rows,
-            );
-            Ok(())
+        Op::Conv2dBackwardWeight { window, .. } => {
+            conv2d(gpu, &call, Kernel::Conv2dBackwardWeight, window)
         }
-        Op::LayerNorm { eps } => {
-            let d = *inputs[0].layout.dims.last().unwrap_or(&1);
-            let rows = inputs[0].layout.numel() / d.max(1);
-            let (x, gamma, beta) = (
-                gpu.packed(inputs[0])?,
-                gpu.packed(inputs[1])?,
-                gpu.packed(inputs[2])?,
-            );
-            let params = [to_u32(rows, "rows")?, to_u32(d, "width")?, eps.to_bits()];
-            let bindings = [
-                (1, &x),
-                (2, &gamma),
-                (3, &beta),
-                (7, out(0)),
-                (8, out(1)),
-                (9, out(2)),
-            ];
-            gpu.dispatch(
-                Kernel::LayerNorm,
-                &params,
-                &bindings,
-                rows_groups(params[0]),
-            );
-            Ok(())
+        Op::MaxPool2d { kernel, window } => pool2d(gpu, &call, Kernel::MaxPool, kernel, window),
+        Op::AvgPool2d { kernel, window } => pool2d(gpu, &call, Kernel::AvgPool, kernel, window),
+        Op::MaxPool2dBackward { kernel, window } => {
+            pool2d(gpu, &call, Kernel::MaxPoolBackward, kernel, window)
         }
-        Op::LayerNormBackward => {
-            let d = *inputs[1].layout.dims.last().unwrap_or(&1);
-            let rows = inputs[1].layout.numel() / d.max(1);
-            let packed: Vec<Slice> = inputs
-                .iter()
-                .map(|v| gpu.packed(*v))
-                .collect::<Result<_>>()?;
-            let (dy, x, gamma, mean, rstd) =
-                (&packed[0], &packed[1], &packed[2], &packed[3], &packed[4]);
-            let params = [to_u32(rows, "rows")?, to_u32(d, "width")?, 0];
-            let bindings = [
-                (1, x),
-                (2, gamma),
-                (4, dy),
-                (5, mean),
-                (6, rstd),
-                (7, out(0)),
-            ];
-            gpu.dispatch(
-                Kernel::LayerNormBackwardInput,
-                &params,
-                &bindings,
-                rows_groups(params[0]),
-            );
-            let bindings = [
-                (1, x),
-                (4, dy),
-                (5, mean),
-                (6, rstd),
-                (7, out(1)),
-                (8, out(2)),
-            ];
-            gpu.dispatch(
-                Kernel::LayerNormBackwardParams,
-                &params,
-                &bindings,
-                groups_for(params[1]),
-            );
-            Ok(())
+        Op::AvgPool2dBackward { kernel, window, .. } => {
+            pool2d(gpu, &call, Kernel::AvgPoolBackward, kernel, window)
         }
-        Op::Conv2d(window)
-        | Op::Conv2dBackwardData { window, .. }
-        | Op::Conv2dBackwardWeight { window, .. } => {
-            let (kernel, x_dims, w_dims, y_dims) = match op {
-                Op::Conv2d(_) => (
-                    Kernel::Conv2d,
-                    &inputs[0].layout.dims,
-                    &inputs[1].layout.dims,
-                    out_dims,
-                ),
-                Op::Conv2dBackwardData { .. } => (
-                    Kernel::Conv2dBackwardData,
-                    &out_layout.dims,
-                    &inputs[1].layout.dims,
-                    &inputs[0].layout.dims[..],
-                ),
-                _ => (
-                    Kernel::Conv2dBackwardWeight,
-                    &inputs[1].layout.dims,
-                    &out_layout.dims,
-                    &inputs[0].layout.dims[..],
-                ),
-            };
-            let mut params = Vec::with_capacity(14);
-            for d in [
-                x_dims[0], x_dims[1], x_dims[2], x_dims[3], w_dims[0], w_dims[2], w_dims[3],
-                y_dims[2], y_dims[3],
-            ] {
-                params.push(to_u32(d, "dimension")?);
-            }
-            params.extend(window_params(window));
-            params.push(n32);
-            let (a, b) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            gpu.dispatch(
-                kernel,
-                &params,
-                &[(1, &a), (2, &b), (3, out(0))],
-                groups_for(n32),
-            );
-            Ok(())
-        }
-        Op::MaxPool2d { kernel, window }
-        | Op::AvgPool2d { kernel, window }
-        | Op::MaxPool2dBackward { kernel, window }
-        | Op::AvgPool2dBackward { kernel, window, .. } => {
-            let (x_dims, y_dims, which) = match op {
-                Op::MaxPool2d { .. } => (&inputs[0].layout.dims[..], out_dims, Kernel::MaxPool),
-                Op::AvgPool2d { .. } => (&inputs[0].layout.dims[..], out_dims, Kernel::AvgPool),
-                Op::MaxPool2dBackward { .. } => (
-                    out_dims,
-                    &inputs[0].layout.dims[..],
-                    Kernel::MaxPoolBackward,
-                ),
-                _ => (
-                    out_dims,
-                    &inputs[0].layout.dims[..],
-                    Kernel::AvgPoolBackward,
-                ),
-            };
-            let mut params = Vec::with_capacity(12);
-            for d in [
-                x_dims[0] * x_dims[1],
-                x_dims[2],
-                x_dims[3],
-                y_dims[2],
-                y_dims[3],
-                kernel[0],
-                kernel[1],
-            ] {
-                params.push(to_u32(d, "dimension")?);
-            }
-            params.extend(window_params(window));
-            params.push(n32);
-            let a = gpu.packed(inputs[0])?;
-            match which {
-                Kernel::MaxPool => gpu.dispatch(
-                    which,
-                    &params,
-                    &[(1, &a), (2, &a), (3, out(0))],
-                    groups_for(n32),
-                ),
-                Kernel::MaxPoolBackward => {
-                    let x = gpu.packed(inputs[1])?;
-                    gpu.dispatch(
-                        which,
-                        &params,
-                        &[(1, &a), (2, &x), (3, out(0))],
-                        groups_for(n32),
-                    );
-                }
-                _ => gpu.dispatch(which, &params, &[(1, &a), (3, out(0))], groups_for(n32)),
-            }
-            Ok(())
-        }
-        Op::Embedding => {
-            let (vocab, d) = (inputs[0].layout.dims[0], inputs[0].layout.dims[1]);
-            let rows = inputs[1].layout.numel();
-            let (weight, indices) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let status = Slice::whole(&gpu.status);
-            let params = [
-                to_u32(rows, "rows")?,
-                to_u32(d, "width")?,
-                to_u32(vocab, "vocabulary")?,
-                n32,
-            ];
-            gpu.dispatch(
-                Kernel::Embedding,
-                &params,
-                &[(1, &weight), (2, &indices), (3, out(0)), (4, &status)],
-                groups_for(n32),
-            );
-            Ok(())
-        }
-        Op::EmbeddingBackward { num_embeddings } => {
-            let d = *inputs[0].layout.dims.last().unwrap_or(&1);
-            let rows = inputs[1].layout.numel();
-            let (dy, indices) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let status = Slice::whole(&gpu.status);
-            let params = [
-                to_u32(rows, "rows")?,
-                to_u32(d, "width")?,
-                to_u32(*num_embeddings, "vocabulary")?,
-                n32,
-            ];
-            let bindings = [(1, &dy), (2, &indices), (3, out(0)), (4, &status)];
-            gpu.dispatch(
-                Kernel::EmbeddingBackward,
-                &params,
-                &bindings,
-                groups_for(n32),
-            );
-            Ok(())
-        }
-        Op::CrossEntropy => {
-            let (rows, classes) = (inputs[0].layout.dims[0], inputs[0].layout.dims[1]);
-            let (logits, targets) = (gpu.packed(inputs[0])?, gpu.packed(inputs[1])?);
-            let scratch = gpu.buffer(rows as u64 * 4)?;
-            gpu.scratch.push(scratch.clone());
-            let losses = Slice::whole(&scratch);
-            let status = Slice::whole(&gpu.status);
-            let params = [to_u32(rows, "rows")?, to_u32(classes, "classes")?, 0, 0];
-            let bindings = [(1, &logits), (2, &targets), (3, &losses), (4, &status)];
-            gpu.dispatch(
-                Kernel::CrossEntropyRows,
-                &params,
-                &bindings,
-                groups_for(params[0]),
-            );
-            reduce(gpu, &losses, out(0), (1, rows, 1), 1)
-        }
-        Op::CrossEntropyBackward => {
-            let (rows, classes) = (inputs[1].layout.dims[0], inputs[1].layout.dims[1]);
-            let (grad, logits, targets) = (
-                gpu.packed(inputs[0])?,
-                gpu.packed(inputs[1])?,
-                gpu.packed(inputs[2])?,
-            );
-            let status = Slice::whole(&gpu.status);
-            let params = [to_u32(rows, "rows")?, to_u32(classes, "classes")?, 0, n32];
-            let bindings = [
-                (1, &logits),
-                (2, &targets),
-                (3, out(0)),
-                (4, &status),
-                (5, &grad),
-            ];
-            gpu.dispatch(
-                Kernel::CrossEntropyBackward,
-                &params,
-                &bindings,
-                groups_for(n32),
-            );
-            Ok(())
-        }
+        Op::Embedding => embedding(gpu, &call),
+        Op::EmbeddingBackward { num_embeddings } => embedding_backward(gpu, &call, *num_embeddings),
+        Op::CrossEntropy => cross_entropy(gpu, &call),
+        Op::CrossEntropyBackward => cross_entropy_backward(gpu, &call),
     }
+}
+
+/// A one-input elementwise op (`code` of `kernels`' family, with `scalar`):
+/// the vec4 kernel when the input is packed like the output, else strided.
+fn map(
+    gpu: &mut WgpuBackend,
+    call: &Call<'_, '_>,
+    [packed, strided]: [Kernel; 2],
+    code: u32,
+    scalar: f32,
+) -> Result<()> {
+    let (a, n32) = (call.inputs[0], call.n32);
+    let bindings = [(1, &call.ins[0]), (3, call.out(0))];
+    if vec4_ready(a.layout, call.out_dims()) {
+        let params = [n32 / 4, code, scalar.to_bits()];
+        gpu.dispatch(packed, &params, &bindings, groups_for(n32 / 4));
+    } else {
+        let n = call.out_layout().numel();
+        let params = strided_params(n, code, scalar, call.out_dims(), a.layout, None, None)?;
+        gpu.dispatch(strided, &params, &bindings, groups_for(n32));
+    }
+    Ok(())
+}
+
+/// A broadcasting two-input elementwise op.
+fn binary(gpu: &mut WgpuBackend, call: &Call<'_, '_>, op: BinaryOp) -> Result<()> {
+    let (x, y, n32) = (call.inputs[0], call.inputs[1], call.n32);
+    let out_dims = call.out_dims();
+    let bindings = [(1, &call.ins[0]), (2, &call.ins[1]), (3, call.out(0))];
+    if vec4_ready(x.layout, out_dims) && vec4_ready(y.layout, out_dims) {
+        let params = [n32 / 4, binary_code(op), 0];
+        gpu.dispatch(Kernel::Binary4, &params, &bindings, groups_for(n32 / 4));
+    } else {
+        let (Some(lx), Some(ly)) = (
+            broadcast_layout(x.layout, out_dims),
+            broadcast_layout(y.layout, out_dims),
+        ) else {
+            return Err(fail("operands do not broadcast"));
+        };
+        let n = call.out_layout().numel();
+        let params = strided_params(n, binary_code(op), 0.0, out_dims, &lx, Some(&ly), None)?;
+        gpu.dispatch(Kernel::Binary, &params, &bindings, groups_for(n32));
+    }
+    Ok(())
+}
+
+/// Each input copied into its slab of the output along `axis`.
+fn concat(gpu: &mut WgpuBackend, call: &Call<'_, '_>, axis: isize) -> Result<()> {
+    let target = Layout::contiguous(call.out_dims());
+    let a = resolve_axis(axis, target.dims.len()).unwrap_or(0);
+    let mut start = 0;
+    for (input, slice) in call.inputs.iter().zip(&call.ins) {
+        let mut slab = target.clone();
+        slab.dims[a] = input.layout.dims[a];
+        slab.offset = start * target.strides[a];
+        start += input.layout.dims[a];
+        gpu.copy(slice, input.layout, call.out(0), &slab)?;
+    }
+    Ok(())
+}
+
+fn matmul(gpu: &mut WgpuBackend, call: &Call<'_, '_>) -> Result<()> {
+    let (ad, bd, out_dims) = (call.input_dims(0), call.input_dims(1), call.out_dims());
+    let (m, k, nn) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
+    let batch: usize = out_dims[..out_dims.len() - 2].iter().product();
+    let b_stride = if bd.len() > 2 { k * nn } else { 0 };
+    let (a, b) = (gpu.packed(call.inputs[0])?, gpu.packed(call.inputs[1])?);
+    let params = [
+        to_u32(m, "rows")?,
+        to_u32(nn, "columns")?,
+        to_u32(k, "inner size")?,
+        to_u32(b_stride, "stride")?,
+    ];
+    let groups = [
+        to_u32(nn.div_ceil(64), "tiles")?,
+        to_u32(m.div_ceil(64), "tiles")?,
+        to_u32(batch, "batch")?,
+    ];
+    gpu.dispatch(
+        Kernel::MatMul,
+        &params,
+        &[(1, &a), (2, &b), (3, call.out(0))],
+        groups,
+    );
+    Ok(())
+}
+
+/// Softmax or log-softmax along `axis`, or (`backward`) their gradient
+/// from the output gradient and the forward result.
+fn softmax(
+    gpu: &mut WgpuBackend,
+    call: &Call<'_, '_>,
+    axis: isize,
+    log: bool,
+    backward: bool,
+) -> Result<()> {
+    let (outer, len, inner) = split(call.input_dims(0), axis);
+    let params = [
+        to_u32(outer, "rows")?,
+        to_u32(len, "length")?,
+        to_u32(inner, "columns")?,
+        u32::from(log),
+    ];
+    let rows = rows_groups(to_u32(outer * inner, "rows")?);
+    let a = gpu.packed(call.inputs[0])?;
+    if backward {
+        let y = gpu.packed(call.inputs[1])?;
+        let bindings = [(1, &a), (2, &y), (3, call.out(0))];
+        gpu.dispatch(Kernel::SoftmaxBackward, &params, &bindings, rows);
+    } else {
+        gpu.dispatch(Kernel::Softmax, &params, &[(1, &a), (3, call.out(0))], rows);
+    }
+    Ok(())
+}
+
+fn layer_norm(gpu: &mut WgpuBackend, call: &Call<'_, '_>, eps: f32) -> Result<()> {
+    let d = *call.input_dims(0).last().unwrap_or(&1);
+    let rows = call.inputs[0].layout.numel() / d.max(1);
+    let (x, gamma, beta) = (
+        gpu.packed(call.inputs[0])?,
+        gpu.packed(call.inputs[1])?,
+        gpu.packed(call.inputs[2])?,
+    );
+    let params = [to_u32(rows, "rows")?, to_u32(d, "width")?, eps.to_bits()];
+    let bindings = [
+        (1, &x),
+        (2, &gamma),
+        (3, &beta),
+        (7, call.out(0)),
+        (8, call.out(1)),
+        (9, call.out(2)),
+    ];
+    gpu.dispatch(
+        Kernel::LayerNorm,
+        &params,
+        &bindings,
+        rows_groups(params[0]),
+    );
+    Ok(())
+}
+
+/// The input gradient (one workgroup per row), then the parameters'
+/// gradients (one thread per column).
+fn layer_norm_backward(gpu: &mut WgpuBackend, call: &Call<'_, '_>) -> Result<()> {
+    let d = *call.input_dims(1).last().unwrap_or(&1);
+    let rows = call.inputs[1].layout.numel() / d.max(1);
+    let packed: Vec<Slice> = call
+        .inputs
+        .iter()
+        .map(|v| gpu.packed(*v))
+        .collect::<Result<_>>()?;
+    let (dy, x, gamma, mean, rstd) = (&packed[0], &packed[1], &packed[2], &packed[3], &packed[4]);
+    let params = [to_u32(rows, "rows")?, to_u32(d, "width")?, 0];
+    let bindings = [
+        (1, x),
+        (2, gamma),
+        (4, dy),
+        (5, mean),
+        (6, rstd),
+        (7, call.out(0)),
+    ];
+    let kernel = Kernel::LayerNormBackwardInput;
+    gpu.dispatch(kernel, &params, &bindings, rows_groups(params[0]));
+    let bindings = [
+        (1, x),
+        (4, dy),
+        (5, mean),
+        (6, rstd),
+        (7, call.out(1)),
+        (8, call.out(2)),
+    ];
+    let kernel = Kernel::LayerNormBackwardParams;
+    gpu.dispatch(kernel, &params, &bindings, groups_for(params[1]));
+    Ok(())
+}
+
+/// A convolution or one of its gradients: the same parameters, named by
+/// the forward pass's input `x`, weight `w` and output `y`.
+fn conv2d(
+    gpu: &mut WgpuBackend,
+    call: &Call<'_, '_>,
+    kernel: Kernel,
+    window: &Window2d,
+) -> Result<()> {
+    let (x_dims, w_dims, y_dims) = match kernel {
+        Kernel::Conv2d => (call.input_dims(0), call.input_dims(1), call.out_dims()),
+        Kernel::Conv2dBackwardData => (call.out_dims(), call.input_dims(1), call.input_dims(0)),
+        _ => (call.input_dims(1), call.out_dims(), call.input_dims(0)),
+    };
+    let mut params = Vec::with_capacity(14);
+    for d in [
+        x_dims[0], x_dims[1], x_dims[2], x_dims[3], w_dims[0], w_dims[2], w_dims[3], y_dims[2],
+        y_dims[3],
+    ] {
+        params.push(to_u32(d, "dimension")?);
+    }
+    params.extend(window_params(window));
+    params.push(call.n32);
+    let (a, b) = (gpu.packed(call.inputs[0])?, gpu.packed(call.inputs[1])?);
+    let bindings = [(1, &a), (2, &b), (3, call.out(0))];
+    gpu.dispatch(kernel, &params, &bindings, groups_for(call.n32));
+    Ok(())
+}
+
+/// Max or average pooling, or a gradient of one (named by the forward
+/// pass's input `x` and output `y`).
+fn pool2d(
+    gpu: &mut WgpuBackend,
+    call: &Call<'_, '_>,
+    which: Kernel,
+    kernel: &[usize; 2],
+    window: &Window2d,
+) -> Result<()> {
+    let (x_dims, y_dims) = match which {
+        Kernel::MaxPool | Kernel::AvgPool => (call.input_dims(0), call.out_dims()),
+        _ => (call.out_dims(), call.input_dims(0)),
+    };
+    let mut params = Vec::with_capacity(12);
+    for d in [
+        x_dims[0] * x_dims[1],
+        x_dims[2],
+        x_dims[3],
+        y_dims[2],
+        y_dims[3],
+        kernel[0],
+        kernel[1],
+    ] {
+        params.push(to_u32(d, "dimension")?);
+    }
+    params.extend(window_params(window));
+    params.push(call.n32);
+    let groups = groups_for(call.n32);
+    let a = gpu.packed(call.inputs[0])?;
+    match which {
+        Kernel::MaxPool => gpu.dispatch(
+            which,
+            &params,
+            &[(1, &a), (2, &a), (3, call.out(0))],
+            groups,
+        ),
+        Kernel::MaxPoolBackward => {
+            let x = gpu.packed(call.inputs[1])?;
+            gpu.dispatch(
+                which,
+                &params,
+                &[(1, &a), (2, &x), (3, call.out(0))],
+                groups,
+            );
+        }
+        _ => gpu.dispatch(which, &params, &[(1, &a), (3, call.out(0))], groups),
+    }
+    Ok(())
+}
+
+/// Rows of a `[vocab, d]` table gathered by index; bad indices are
+/// reported through the status buffer.
+fn embedding(gpu: &mut WgpuBackend, call: &Call<'_, '_>) -> Result<()> {
+    let (vocab, d) = (call.input_dims(0)[0], call.input_dims(0)[1]);
+    let rows = call.inputs[1].layout.numel();
+    let (weight, indices) = (gpu.packed(call.inputs[0])?, gpu.packed(call.inputs[1])?);
+    let status = Slice::whole(&gpu.status);
+    let params = [
+        to_u32(rows, "rows")?,
+        to_u32(d, "width")?,
+        to_u32(vocab, "vocabulary")?,
+        call.n32,
+    ];
+    let bindings = [(1, &weight), (2, &indices), (3, call.out(0)), (4, &status)];
+    gpu.dispatch(Kernel::Embedding, &params, &bindings, groups_for(call.n32));
+    Ok(())
+}
+
+fn embedding_backward(
+    gpu: &mut WgpuBackend,
+    call: &Call<'_, '_>,
+    num_embeddings: usize,
+) -> Result<()> {
+    let d = *call.input_dims(0).last().unwrap_or(&1);
+    let rows = call.inputs[1].layout.numel();
+    let (dy, indices) = (gpu.packed(call.inputs[0])?, gpu.packed(call.inputs[1])?);
+    let status = Slice::whole(&gpu.status);
+    let params = [
+        to_u32(rows, "rows")?,
+        to_u32(d, "width")?,
+        to_u32(num_embeddings, "vocabulary")?,
+        call.n32,
+    ];
+    let bindings = [(1, &dy), (2, &indices), (3, call.out(0)), (4, &status)];
+    gpu.dispatch(
+        Kernel::EmbeddingBackward,
+        &params,
+        &bindings,
+        groups_for(call.n32),
+    );
+    Ok(())
+}
+
+/// Per-row losses into scratch, then their mean.
+fn cross_entropy(gpu: &mut WgpuBackend, call: &Call<'_, '_>) -> Result<()> {
+    let (rows, classes) = (call.input_dims(0)[0], call.input_dims(0)[1]);
+    let (logits, targets) = (gpu.packed(call.inputs[0])?, gpu.packed(call.inputs[1])?);
+    let scratch = gpu.buffer(rows as u64 * 4)?;
+    gpu.scratch.push(scratch.clone());
+    let losses = Slice::whole(&scratch);
+    let status = Slice::whole(&gpu.status);
+    let params = [to_u32(rows, "rows")?, to_u32(classes, "classes")?, 0, 0];
+    let bindings = [(1, &logits), (2, &targets), (3, &losses), (4, &status)];
+    gpu.dispatch(
+        Kernel::CrossEntropyRows,
+        &params,
+        &bindings,
+        groups_for(params[0]),
+    );
+    reduce(gpu, &losses, call.out(0), (1, rows, 1), 1)
+}
+
+fn cross_entropy_backward(gpu: &mut WgpuBackend, call: &Call<'_, '_>) -> Result<()> {
+    let (rows, classes) = (call.input_dims(1)[0], call.input_dims(1)[1]);
+    let (grad, logits, targets) = (
+        gpu.packed(call.inputs[0])?,
+        gpu.packed(call.inputs[1])?,
+        gpu.packed(call.inputs[2])?,
+    );
+    let status = Slice::whole(&gpu.status);
+    let params = [
+        to_u32(rows, "rows")?,
+        to_u32(classes, "classes")?,
+        0,
+        call.n32,
+    ];
+    let bindings = [
+        (1, &logits),
+        (2, &targets),
+        (3, call.out(0)),
+        (4, &status),
+        (5, &grad),
+    ];
+    gpu.dispatch(
+        Kernel::CrossEntropyBackward,
+        &params,
+        &bindings,
+        groups_for(call.n32),
+    );
+    Ok(())
 }
 
 fn reduce(

@@ -31,7 +31,7 @@ use crate::memory::Block;
 use crate::ops::{Op, Signature};
 use crate::shape::Layout;
 
-pub use kernels::Kernel;
+use kernels::Kernel;
 
 /// Dispatches encoded before the batch is submitted.
 const BATCH: usize = 64;
