@@ -12,15 +12,18 @@ fn interpreter(config: Config) -> Interpreter<CpuBackend> {
     Interpreter::new(CpuBackend::new(), config.with_events(true)).unwrap()
 }
 
+/// `x + value`, costing 1 (the derivations below count ops, not traffic).
 fn add_scalar(dtr: &mut Interpreter<CpuBackend>, x: TensorId, value: f32) -> TensorId {
-    dtr.apply1(
-        Op::Scalar {
-            op: ScalarOp::Add,
-            value,
-        },
-        &[x],
-    )
-    .unwrap()
+    let op = Op::Scalar {
+        op: ScalarOp::Add,
+        value,
+    };
+    dtr.apply_op_with_cost(op, &[x], 1).unwrap()[0]
+}
+
+/// A one-element fill of `value`, costing 1.
+fn fill1(dtr: &mut Interpreter<CpuBackend>, value: f32) -> TensorId {
+    dtr.apply_op_with_cost(Op::fill(&[1], value), &[], 1).unwrap()[0]
 }
 
 /// An eviction by the policy, at the score the derivation below gives.
@@ -65,7 +68,7 @@ fn oneflow_chain_evicts_what_the_formula_says() {
             .with_budget_bytes(12)
             .with_heuristic("dtr-eq"),
     );
-    let x1 = dtr.apply1(Op::fill(&[1], 1.0), &[]).unwrap();
+    let x1 = fill1(&mut dtr, 1.0);
     let x2 = add_scalar(&mut dtr, x1, 2.0);
     dtr.del(x1).unwrap();
     let x3 = add_scalar(&mut dtr, x2, 2.0);
@@ -147,7 +150,7 @@ fn a_users_observer_sees_every_event() {
             .with_heuristic("dtr-eq"),
     );
     dtr.set_observer(Box::new(tally.clone()));
-    let x1 = dtr.apply1(Op::fill(&[1], 1.0), &[]).unwrap();
+    let x1 = fill1(&mut dtr, 1.0);
     let mut last = add_scalar(&mut dtr, x1, 2.0);
     dtr.del(x1).unwrap();
     for _ in 0..4 {

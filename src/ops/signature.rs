@@ -269,9 +269,33 @@ impl Op {
             }
             Op::Recorded(recorded) => recorded_signature(recorded, inputs),
         };
-        inferred.map_err(fail)
+        let mut signature = inferred.map_err(fail)?;
+        if !matches!(self, Op::Recorded(_))
+            && signature.outputs.iter().any(|o| o.alias_of.is_none())
+        {
+            let read = inputs.iter().fold(0u64, |sum, layout| {
+                sum.saturating_add(layout.numel() as u64)
+            });
+            let written = signature.output_bytes() / ELEMENT_BYTES;
+            let traffic = read
+                .saturating_add(written)
+                .saturating_mul(ELEMENT_TRAFFIC_COST);
+            signature.cost = signature.cost.max(traffic);
+        }
+        Ok(signature)
     }
 }
+
+/// What moving one element through memory costs, in flops of a matrix
+/// product. Elementwise ops, copies, reductions and softmax run at memory
+/// speed: on this project's CPU backend about 20–25 GEMM flops' time per
+/// element read or written (`cargo bench --bench cpu_kernels`: a 256³
+/// matmul at ~140 GFLOP/s beside `add` at ~0.15 ns per element moved), and
+/// GPUs have a similar ratio of compute to memory bandwidth. Pricing them
+/// by their flops alone made recomputing attention scores and activations
+/// look ~20× cheaper than it is, so an op's cost is the larger of its flops
+/// and its traffic; views move nothing and keep their nominal cost.
+pub const ELEMENT_TRAFFIC_COST: u64 = 24;
 
 /// Shape inference's answer, with the problem in words when it fails.
 type Inferred = std::result::Result<Signature, String>;
@@ -667,12 +691,27 @@ mod tests {
             .signature(&[&c(&[5, 2, 3]), &c(&[3, 4])])
             .unwrap();
         assert_eq!(m.outputs[0].layout.dims.as_slice(), &[5, 2, 4]);
-        assert_eq!(m.cost, 2 * 5 * 2 * 4 * 3);
+        // Small: moving its 42 + 40 elements costs more than its 240 flops.
+        assert_eq!(m.cost, (5 * 2 * 3 + 3 * 4 + 5 * 2 * 4) * ELEMENT_TRAFFIC_COST);
+        let big = Op::MatMul
+            .signature(&[&c(&[256, 256]), &c(&[256, 256])])
+            .unwrap();
+        assert_eq!(big.cost, 2 * 256 * 256 * 256, "large products cost their flops");
         assert!(Op::MatMul.signature(&[&c(&[2, 3]), &c(&[4, 5])]).is_err());
         let conv = Op::Conv2d(Window2d::new(2, 1))
             .signature(&[&c(&[1, 3, 8, 8]), &c(&[4, 3, 3, 3])])
             .unwrap();
         assert_eq!(conv.outputs[0].layout.dims.as_slice(), &[1, 4, 4, 4]);
+    }
+
+    #[test]
+    fn memory_bound_ops_cost_their_traffic_and_views_stay_cheap() {
+        let exp = Op::Unary(UnaryOp::Exp).signature(&[&c(&[1000])]).unwrap();
+        assert_eq!(exp.cost, 2000 * ELEMENT_TRAFFIC_COST);
+        let view = Op::Transpose { dim0: 0, dim1: 1 }
+            .signature(&[&c(&[100, 10])])
+            .unwrap();
+        assert_eq!(view.cost, 1);
     }
 
     #[test]
