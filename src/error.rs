@@ -83,9 +83,9 @@ pub enum Error {
     /// A file that could not be read, written or made sense of.
     #[error("{path}: {message}")]
     Io {
-        /// The file.
+        /// The file that failed.
         path: std::path::PathBuf,
-        /// The cause.
+        /// The cause, as the system or the parser gave it.
         message: String,
     },
 

@@ -32,7 +32,7 @@ pub struct SweepSpec {
     pub traces: Vec<PathBuf>,
     /// Heuristic names, or [`STATIC_CHECKPOINTING`].
     pub heuristics: Vec<String>,
-    /// Memory models.
+    /// Memory models to run each heuristic in.
     pub memories: Vec<MemoryModel>,
     /// How each heuristic samples its eviction candidates.
     pub samplings: Vec<Sampling>,
@@ -101,7 +101,7 @@ pub struct Row {
     pub trace: String,
     /// The heuristic, or [`STATIC_CHECKPOINTING`].
     pub heuristic: String,
-    /// The memory model.
+    /// The memory model it ran in.
     pub memory: MemoryModel,
     /// How evicted storages came back (results from before swap: `drop`).
     #[serde(default)]

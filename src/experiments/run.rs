@@ -74,7 +74,7 @@ impl From<Policy> for String {
 /// A trace ready to run: loaded once, its unbounded baseline computed once.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    /// The trace.
+    /// The program to replay.
     pub trace: Trace,
     /// The format it was read in (simulator logs follow their authors' conventions).
     pub format: TraceFormat,
@@ -107,7 +107,7 @@ pub struct RunSpec {
     pub policy: Policy,
     /// A ratio is of the unbounded run's peak. Ignored by static plans.
     pub budget: Budget,
-    /// The memory model.
+    /// Counter or arena memory.
     pub memory: MemoryModel,
     /// How the heuristic samples eviction candidates.
     pub sampling: Sampling,

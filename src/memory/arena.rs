@@ -12,7 +12,7 @@ use crate::graph::StorageId;
 pub struct Block {
     /// Where it starts, in bytes from the arena's start (0 in counter memory).
     pub offset: u64,
-    /// Its length in bytes, aligned.
+    /// Its length in bytes (aligned in arena memory).
     pub size: u64,
 }
 
