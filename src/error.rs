@@ -99,7 +99,7 @@ pub enum Error {
     },
 }
 
-/// `Result` with this crate's [`Error`] as the default error.
+/// `Result` with this crate's [`Error`](enum@Error) as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `; ops waiting on it, innermost first: `b`, `c``, or nothing.
