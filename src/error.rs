@@ -7,7 +7,12 @@ use thiserror::Error;
 pub enum Error {
     /// The inputs of an op do not fit its shape rules.
     #[error("{op}: {message}")]
-    Shape { op: String, message: String },
+    Shape {
+        /// The op's name.
+        op: String,
+        /// What does not fit.
+        message: String,
+    },
 
     /// A tensor id that the interpreter does not know (never made, or freed).
     #[error("unknown tensor {0}")]
@@ -29,11 +34,18 @@ pub enum Error {
         locked_note(largest_locked)
     )]
     OutOfMemory {
+        /// What asked for memory: an op (saying whether it ran to rematerialise) or a put.
         context: String,
+        /// Bytes the allocation needed.
         requested_bytes: u64,
+        /// The budget in bytes (`u64::MAX` when unbounded).
         budget_bytes: u64,
+        /// Bytes in use when it failed.
         in_use_bytes: u64,
+        /// Of those, bytes of storages locked by running or pending ops.
         locked_bytes: u64,
+        /// Of those, the other bytes no eviction can free: pinned storages,
+        /// and ones that cannot be recomputed (puts, detached tensors).
         pinned_bytes: u64,
         /// When the op was run to (re)compute an input of others: those ops,
         /// innermost first, the last the one the program asked for (empty
@@ -47,13 +59,20 @@ pub enum Error {
     /// Rematerialisation cost more than the configured limit; the run was
     /// stopped there, leaving the interpreter consistent.
     #[error("thrashing: rematerialisation cost {remat_compute} exceeds the limit of {limit}")]
-    Thrash { remat_compute: u64, limit: u64 },
+    Thrash {
+        /// Cost units spent rematerialising so far.
+        remat_compute: u64,
+        /// The configured limit, in cost units.
+        limit: u64,
+    },
 
     /// A backend failed to run an op (data-dependent errors such as an index
     /// out of range, or a device error).
     #[error("backend {backend}: {message}")]
     Backend {
+        /// The backend's name (`"cpu"`, `"wgpu"`).
         backend: &'static str,
+        /// What failed.
         message: String,
     },
 
@@ -64,15 +83,23 @@ pub enum Error {
     /// A file that could not be read, written or made sense of.
     #[error("{path}: {message}")]
     Io {
+        /// The file that failed.
         path: std::path::PathBuf,
+        /// The cause, as the system or the parser gave it.
         message: String,
     },
 
     /// A policy name that is not in the registry.
     #[error("unknown heuristic `{name}`; known: {known}")]
-    UnknownHeuristic { name: String, known: String },
+    UnknownHeuristic {
+        /// The name asked for.
+        name: String,
+        /// The registered names, comma-separated.
+        known: String,
+    },
 }
 
+/// `Result` with this crate's [`Error`](enum@Error) as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `; ops waiting on it, innermost first: `b`, `c``, or nothing.

@@ -9,6 +9,8 @@
 //! history; [`policy`] chooses what to evict; [`memory`] accounts bytes;
 //! [`interp`] runs `put / apply_op / del / get_value` on top of them.
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod config;
 pub mod eager;

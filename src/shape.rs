@@ -18,8 +18,11 @@ pub type Strides = SmallVec<[usize; 4]>;
 /// Shape + strides + offset of a tensor inside its storage, in elements.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Layout {
+    /// The extent of each axis.
     pub dims: Dims,
+    /// The step between neighbours along each axis, in elements (0: broadcast).
     pub strides: Strides,
+    /// The first element's index in the storage.
     pub offset: usize,
 }
 
@@ -39,6 +42,7 @@ impl Layout {
         }
     }
 
+    /// Number of axes.
     pub fn rank(&self) -> usize {
         self.dims.len()
     }

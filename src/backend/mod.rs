@@ -19,7 +19,9 @@ use crate::shape::Layout;
 /// A tensor as a backend sees it: a buffer and a layout inside it.
 #[derive(Debug)]
 pub struct BufferView<'a, B> {
+    /// The storage's memory.
     pub buffer: &'a B,
+    /// Where the tensor's elements are in it.
     pub layout: &'a Layout,
 }
 

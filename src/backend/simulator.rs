@@ -10,10 +10,13 @@ use crate::memory::Block;
 use crate::ops::{Op, Signature};
 use crate::shape::Layout;
 
+/// Runs nothing: buffers are `()`, reads return no values, and only the
+/// interpreter's bookkeeping (sizes, costs, evictions) happens.
 #[derive(Debug, Default, Clone)]
 pub struct SimulatorBackend;
 
 impl SimulatorBackend {
+    /// The simulator (it has no state).
     pub fn new() -> SimulatorBackend {
         SimulatorBackend
     }

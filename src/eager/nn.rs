@@ -16,7 +16,9 @@ fn uniform(rng: &mut StdRng, n: usize, bound: f32) -> Vec<f32> {
 
 /// `x W + b` over the last axis.
 pub struct Linear<B: Backend> {
+    /// `W`, `[inputs, outputs]`.
     pub weight: Param<B>,
+    /// `b`, `[outputs]`.
     pub bias: Param<B>,
 }
 
@@ -35,10 +37,12 @@ impl<B: Backend> Linear<B> {
         })
     }
 
+    /// `x [.., inputs]` → `[.., outputs]`.
     pub fn forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         x.matmul(&self.weight.value())?.add(&self.bias.value())
     }
 
+    /// The layer's parameters, for an optimiser.
     pub fn params(&self) -> Vec<Param<B>> {
         vec![self.weight.clone(), self.bias.clone()]
     }
@@ -46,12 +50,16 @@ impl<B: Backend> Linear<B> {
 
 /// Layer norm over the last axis with a learnt scale and shift.
 pub struct LayerNorm<B: Backend> {
+    /// The scale, `[features]` (ones at first).
     pub gamma: Param<B>,
+    /// The shift, `[features]` (zeros at first).
     pub beta: Param<B>,
+    /// Added to the variance before the square root (1e-5).
     pub eps: f32,
 }
 
 impl<B: Backend> LayerNorm<B> {
+    /// A layer norm over `features` values: unit scale, zero shift.
     pub fn new(session: &Session<B>, features: usize) -> Result<Self> {
         Ok(LayerNorm {
             gamma: session.param(&vec![1.0; features], &[features])?,
@@ -60,10 +68,12 @@ impl<B: Backend> LayerNorm<B> {
         })
     }
 
+    /// `x [.., features]` normalised over its last axis, then scaled and shifted.
     pub fn forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         x.layer_norm(&self.gamma.value(), &self.beta.value(), self.eps)
     }
 
+    /// The layer's parameters, for an optimiser.
     pub fn params(&self) -> Vec<Param<B>> {
         vec![self.gamma.clone(), self.beta.clone()]
     }
@@ -71,10 +81,12 @@ impl<B: Backend> LayerNorm<B> {
 
 /// A lookup table of `count` vectors of `dim` values.
 pub struct Embedding<B: Backend> {
+    /// The table, `[count, dim]`.
     pub weight: Param<B>,
 }
 
 impl<B: Backend> Embedding<B> {
+    /// A table of `count` vectors of `dim` values, uniform in ±0.1.
     pub fn new(session: &Session<B>, count: usize, dim: usize, rng: &mut StdRng) -> Result<Self> {
         Ok(Embedding {
             weight: session.param(&uniform(rng, count * dim, 0.1), &[count, dim])?,
@@ -86,6 +98,7 @@ impl<B: Backend> Embedding<B> {
         self.weight.value().embedding(indices)
     }
 
+    /// The layer's parameters, for an optimiser.
     pub fn params(&self) -> Vec<Param<B>> {
         vec![self.weight.clone()]
     }
@@ -93,8 +106,11 @@ impl<B: Backend> Embedding<B> {
 
 /// 2-D convolution `[n, c, h, w] → [n, o, h', w']` with a per-channel bias.
 pub struct Conv2d<B: Backend> {
+    /// The kernels, `[outputs, inputs, k, k]`.
     pub weight: Param<B>,
+    /// One value per output channel, `[outputs]`.
     pub bias: Param<B>,
+    /// Stride and padding.
     pub window: Window2d,
 }
 
@@ -123,12 +139,14 @@ impl<B: Backend> Conv2d<B> {
         })
     }
 
+    /// `x [n, inputs, h, w]` → `[n, outputs, h', w']`.
     pub fn forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         let channels = self.bias.dims()[0];
         let bias = self.bias.value().reshape(&[1, channels, 1, 1])?;
         x.conv2d(&self.weight.value(), self.window)?.add(&bias)
     }
 
+    /// The layer's parameters, for an optimiser.
     pub fn params(&self) -> Vec<Param<B>> {
         vec![self.weight.clone(), self.bias.clone()]
     }
@@ -136,14 +154,21 @@ impl<B: Backend> Conv2d<B> {
 
 /// Multi-head causal self-attention over `[batch, time, dim]`.
 pub struct CausalSelfAttention<B: Backend> {
+    /// The query projection, `dim → dim`.
     pub query: Linear<B>,
+    /// The key projection, `dim → dim`.
     pub key: Linear<B>,
+    /// The value projection, `dim → dim`.
     pub value: Linear<B>,
+    /// The projection of the merged heads, `dim → dim`.
     pub output: Linear<B>,
+    /// Number of heads; each attends over `dim / heads` features.
     pub heads: usize,
 }
 
 impl<B: Backend> CausalSelfAttention<B> {
+    /// Attention over `dim` features in `heads` heads; an error unless
+    /// `heads` divides `dim`.
     pub fn new(session: &Session<B>, dim: usize, heads: usize, rng: &mut StdRng) -> Result<Self> {
         if heads == 0 || dim % heads != 0 {
             return Err(Error::InvalidArgument(format!(
@@ -184,6 +209,7 @@ impl<B: Backend> CausalSelfAttention<B> {
         self.output.forward(&merged)
     }
 
+    /// The layer's parameters, for an optimiser.
     pub fn params(&self) -> Vec<Param<B>> {
         [&self.query, &self.key, &self.value, &self.output]
             .into_iter()
@@ -202,14 +228,20 @@ pub fn causal_mask<B: Backend>(session: &Session<B>, time: usize) -> Result<Tens
 
 /// A pre-norm decoder block: `x + attn(ln(x))`, then `x + mlp(ln(x))`.
 pub struct DecoderBlock<B: Backend> {
+    /// The norm before attention.
     pub norm1: LayerNorm<B>,
+    /// The attention sublayer.
     pub attention: CausalSelfAttention<B>,
+    /// The norm before the MLP.
     pub norm2: LayerNorm<B>,
+    /// The MLP's expansion, `dim → 4·dim` (GELU follows).
     pub up: Linear<B>,
+    /// The MLP's projection back, `4·dim → dim`.
     pub down: Linear<B>,
 }
 
 impl<B: Backend> DecoderBlock<B> {
+    /// A block over `dim` features with `heads` attention heads.
     pub fn new(session: &Session<B>, dim: usize, heads: usize, rng: &mut StdRng) -> Result<Self> {
         Ok(DecoderBlock {
             norm1: LayerNorm::new(session, dim)?,
@@ -220,12 +252,15 @@ impl<B: Backend> DecoderBlock<B> {
         })
     }
 
+    /// `x [batch, time, dim]` → the same shape; `mask` as for
+    /// [`CausalSelfAttention::forward`].
     pub fn forward(&self, x: &Tensor<B>, mask: &Tensor<B>) -> Result<Tensor<B>> {
         let x = x.add(&self.attention.forward(&self.norm1.forward(x)?, mask)?)?;
         let hidden = self.up.forward(&self.norm2.forward(&x)?)?.gelu()?;
         x.add(&self.down.forward(&hidden)?)
     }
 
+    /// The layer's parameters, for an optimiser.
     pub fn params(&self) -> Vec<Param<B>> {
         let mut params = self.norm1.params();
         params.extend(self.attention.params());

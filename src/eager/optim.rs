@@ -8,10 +8,12 @@ use crate::error::Result;
 
 /// Plain stochastic gradient descent: `p ← p − lr · g`.
 pub struct Sgd {
+    /// The learning rate.
     pub lr: f32,
 }
 
 impl Sgd {
+    /// SGD with learning rate `lr`.
     pub fn new(lr: f32) -> Sgd {
         Sgd { lr }
     }
@@ -34,8 +36,11 @@ impl Sgd {
 /// Adam (Kingma and Ba) with bias correction; its moments live in the
 /// interpreter like any tensor, detached after each step.
 pub struct Adam<B: Backend> {
+    /// The learning rate.
     pub lr: f32,
+    /// Decay rates of the first and second moments (0.9, 0.999).
     pub betas: (f32, f32),
+    /// Added to the denominator for stability (1e-8).
     pub eps: f32,
     steps: i32,
     /// First and second moments, one pair per parameter, in `step`'s order.
@@ -43,6 +48,7 @@ pub struct Adam<B: Backend> {
 }
 
 impl<B: Backend> Adam<B> {
+    /// Adam with learning rate `lr` and the usual defaults for the rest.
     pub fn new(lr: f32) -> Adam<B> {
         Adam {
             lr,

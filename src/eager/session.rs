@@ -37,6 +37,7 @@ impl<B: Backend> Clone for Session<B> {
 }
 
 impl<B: Backend> Session<B> {
+    /// A session running on `backend` under `config` (its budget, heuristic, memory model).
     pub fn new(backend: B, config: Config) -> Result<Session<B>> {
         Ok(Session {
             shared: Rc::new(Shared {
@@ -85,10 +86,12 @@ impl<B: Backend> Session<B> {
         result
     }
 
+    /// Bytes in use, the peak and the budget now (see [`Interpreter::memory`]).
     pub fn memory(&self) -> MemoryReport {
         self.shared.interpreter.borrow().memory()
     }
 
+    /// The interpreter's counters so far: compute, evictions, rematerialisations.
     pub fn stats(&self) -> Stats {
         self.shared.interpreter.borrow().stats().clone()
     }

@@ -82,14 +82,17 @@ impl<B: Backend> Tensor<B> {
         }))
     }
 
+    /// The interpreter's id for this tensor (for [`Session::with_interpreter`]).
     pub fn id(&self) -> TensorId {
         self.0.id
     }
 
+    /// The shape.
     pub fn dims(&self) -> &[usize] {
         &self.0.dims
     }
 
+    /// The session the tensor belongs to.
     pub fn session(&self) -> &Session<B> {
         &self.0.session
     }
@@ -291,18 +294,22 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
+    /// `self + other`, broadcasting.
     pub fn add(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
         self.binary(other, BinaryOp::Add)
     }
 
+    /// `self - other`, broadcasting.
     pub fn sub(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
         self.binary(other, BinaryOp::Sub)
     }
 
+    /// `self · other` elementwise, broadcasting.
     pub fn mul(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
         self.binary(other, BinaryOp::Mul)
     }
 
+    /// `self / other` elementwise, broadcasting.
     pub fn div(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
         self.binary(other, BinaryOp::Div)
     }
@@ -322,18 +329,22 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
+    /// `self + value`.
     pub fn add_scalar(&self, value: f32) -> Result<Tensor<B>> {
         self.scalar(ScalarOp::Add, value)
     }
 
+    /// `self · value`.
     pub fn mul_scalar(&self, value: f32) -> Result<Tensor<B>> {
         self.scalar(ScalarOp::Mul, value)
     }
 
+    /// `self` to the power `exponent`, elementwise.
     pub fn pow(&self, exponent: f32) -> Result<Tensor<B>> {
         self.scalar(ScalarOp::Pow, exponent)
     }
 
+    /// `-self`.
     pub fn neg(&self) -> Result<Tensor<B>> {
         self.mul_scalar(-1.0)
     }
@@ -359,24 +370,31 @@ impl<B: Backend> Tensor<B> {
         }
     }
 
+    /// `eˣ`, elementwise.
     pub fn exp(&self) -> Result<Tensor<B>> {
         self.unary(UnaryOp::Exp)
     }
+    /// Natural logarithm, elementwise.
     pub fn log(&self) -> Result<Tensor<B>> {
         self.unary(UnaryOp::Log)
     }
+    /// Square root, elementwise.
     pub fn sqrt(&self) -> Result<Tensor<B>> {
         self.unary(UnaryOp::Sqrt)
     }
+    /// `max(x, 0)`, elementwise.
     pub fn relu(&self) -> Result<Tensor<B>> {
         self.unary(UnaryOp::Relu)
     }
+    /// GELU (tanh approximation), elementwise.
     pub fn gelu(&self) -> Result<Tensor<B>> {
         self.unary(UnaryOp::Gelu)
     }
+    /// Hyperbolic tangent, elementwise.
     pub fn tanh(&self) -> Result<Tensor<B>> {
         self.unary(UnaryOp::Tanh)
     }
+    /// `1 / (1 + e⁻ˣ)`, elementwise.
     pub fn sigmoid(&self) -> Result<Tensor<B>> {
         self.unary(UnaryOp::Sigmoid)
     }
@@ -467,10 +485,12 @@ impl<B: Backend> Tensor<B> {
 
     // ---- Neural-network ops ----
 
+    /// Softmax over `axis` (negative counts from the end).
     pub fn softmax(&self, axis: isize) -> Result<Tensor<B>> {
         self.softmax_like(axis, false)
     }
 
+    /// Log of the softmax over `axis` (negative counts from the end).
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor<B>> {
         self.softmax_like(axis, true)
     }
@@ -520,6 +540,7 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
+    /// Max pooling of `self [n, c, h, w]` over `kernel` windows (padding counts as -∞).
     pub fn max_pool2d(&self, kernel: [usize; 2], window: Window2d) -> Result<Tensor<B>> {
         let x = self.clone();
         Tensor::apply(
@@ -535,6 +556,8 @@ impl<B: Backend> Tensor<B> {
         )
     }
 
+    /// Average pooling of `self [n, c, h, w]` over `kernel` windows (padding
+    /// counts as 0, and in the divisor).
     pub fn avg_pool2d(&self, kernel: [usize; 2], window: Window2d) -> Result<Tensor<B>> {
         let input_hw = match self.dims() {
             [_, _, h, w] => [*h, *w],
@@ -601,7 +624,7 @@ operator!(Sub, sub);
 operator!(Mul, mul);
 operator!(Div, div);
 
-pub struct ParamInner<B: Backend> {
+pub(crate) struct ParamInner<B: Backend> {
     value: RefCell<Tensor<B>>,
     grad: RefCell<Option<Tensor<B>>>,
 }
@@ -663,6 +686,7 @@ impl<B: Backend> Param<B> {
         self.0.grad.borrow().clone()
     }
 
+    /// Clears the accumulated gradient.
     pub fn zero_grad(&self) {
         self.0.grad.borrow_mut().take();
     }
@@ -682,6 +706,7 @@ impl<B: Backend> Param<B> {
         session.with_interpreter(|dtr| dtr.unpin(old.id()))
     }
 
+    /// The shape.
     pub fn dims(&self) -> Dims {
         self.0.value.borrow().0.dims.clone()
     }

@@ -27,17 +27,21 @@ pub fn budget_units(length: usize) -> u64 {
 /// One point of the experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChainRow {
+    /// Layers in the chain (N).
     pub length: usize,
     /// Budget in activations (⌈2√N⌉).
     pub budget_units: u64,
     /// A heuristic, `revolve` or `static-sqrt`.
     pub policy: String,
+    /// Whether the run completed (Revolve: whether the budget holds its checkpoints).
     pub status: ReplayStatus,
     /// Compute over the unbounded run's (2N + 1 unit ops).
     pub overhead: f64,
     /// Peak memory in activations.
     pub peak_units: f64,
+    /// Ops rerun (Revolve: the extra forward steps).
     pub rematerializations: u64,
+    /// Wall-clock time of the replay, in seconds (0 for Revolve, which is computed).
     pub wall_seconds: f64,
 }
 

@@ -13,15 +13,31 @@ use crate::trace::{Trace, TraceBuilder, TraceTensor};
 pub enum Workload {
     /// `length` layers, each a unit op on the previous activation; the
     /// backward pass reads each layer's input.
-    Chain { length: usize },
+    Chain {
+        /// Layers (at least 1).
+        length: usize,
+    },
     /// A chain with a residual connection around every `skip` layers.
-    Resnet { length: usize, skip: usize },
+    Resnet {
+        /// Layers (at least 1).
+        length: usize,
+        /// Layers a residual connection spans (0 counts as 1).
+        skip: usize,
+    },
     /// `depth` levels down (each half the size) and back up, each up level
     /// reading the matching down level.
-    Unet { depth: usize },
+    Unet {
+        /// Levels (at least 1).
+        depth: usize,
+    },
     /// `nodes` ops, each reading one to three random earlier tensors, with
     /// random sizes and costs.
-    Random { nodes: usize, seed: u64 },
+    Random {
+        /// Ops (at least 1).
+        nodes: usize,
+        /// Seeds the choice of inputs, sizes and costs.
+        seed: u64,
+    },
 }
 
 /// Bytes of a unit activation.

@@ -28,15 +28,21 @@ pub use run::{Outcome, Policy, RunSpec, Workload, STATIC_CHECKPOINTING};
 /// The grid to run.
 #[derive(Debug, Clone)]
 pub struct SweepSpec {
+    /// Trace files (format detected).
     pub traces: Vec<PathBuf>,
+    /// Heuristic names, or [`STATIC_CHECKPOINTING`].
     pub heuristics: Vec<String>,
+    /// Memory models to run each heuristic in.
     pub memories: Vec<MemoryModel>,
+    /// How each heuristic samples its eviction candidates.
     pub samplings: Vec<Sampling>,
-    /// How evicted storages come back, and the copy queue for swapping.
+    /// How evicted storages come back.
     pub restores: Vec<RestoreMode>,
+    /// The copy queue for restore modes that swap.
     pub swap: SwapConfig,
     /// Seeds 0..seeds.
     pub seeds: u64,
+    /// Budgets, as ratios of each trace's unbounded peak.
     pub ratios: Vec<f64>,
     /// Runs stop as thrashing past this multiple of the unbounded compute.
     pub thrash_limit: f64,
@@ -44,22 +50,24 @@ pub struct SweepSpec {
 
 /// One run of the grid: indices into the spec's lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cell {
+struct Cell {
     /// Position in the whole grid (stable across shards).
-    pub index: usize,
-    pub trace: usize,
-    pub heuristic: usize,
-    pub memory: usize,
-    pub restore: usize,
-    pub sampling: usize,
-    pub seed: u64,
-    pub ratio: usize,
+    index: usize,
+    trace: usize,
+    heuristic: usize,
+    memory: usize,
+    restore: usize,
+    sampling: usize,
+    seed: u64,
+    ratio: usize,
 }
 
 /// A shard `k` of `n` (1-based), for batch schedulers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
+    /// Which shard, from 1.
     pub k: usize,
+    /// How many shards; shard `k` runs the cells whose index is `k - 1` modulo `n`.
     pub n: usize,
 }
 
@@ -87,17 +95,27 @@ impl Shard {
 /// One finished run, as written to `results.csv` and `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
+    /// The cell's position in the whole grid (stable across shards).
     pub index: usize,
+    /// The trace file, as given.
     pub trace: String,
+    /// The heuristic, or [`STATIC_CHECKPOINTING`].
     pub heuristic: String,
+    /// The memory model it ran in.
     pub memory: MemoryModel,
     /// How evicted storages came back (results from before swap: `drop`).
     #[serde(default)]
     pub restore: RestoreMode,
+    /// How candidates were sampled.
     pub sampling: Sampling,
+    /// The heuristic's seed.
     pub seed: u64,
+    /// The budget over the unbounded peak; for static checkpointing, the
+    /// peak it reached over the unbounded one.
     pub ratio: f64,
+    /// The budget in bytes; for static checkpointing, the peak it reached.
     pub budget_bytes: u64,
+    /// Whether the run completed, ran out of memory or thrashed.
     pub status: ReplayStatus,
     /// Total compute over the unbounded run's, for a run that completed;
     /// `None` (JSON `null`, CSV empty) for one that stopped.
@@ -107,12 +125,17 @@ pub struct Row {
     /// the point where it stopped: how far it got, not what the run costs.
     #[serde(default)]
     pub overhead_at_stop: Option<f64>,
+    /// Cost units spent recomputing.
     pub remat_compute: u64,
+    /// The most bytes in use at once.
     pub peak_bytes: u64,
+    /// Evictions, eager ones included.
     pub evictions: u64,
+    /// Ops rerun to rematerialise evicted tensors.
     pub rematerializations: u64,
-    /// At the end of the run, in arena memory.
+    /// At the end of the run, in arena memory (`None` in counter memory).
     pub fragmentation: Option<f64>,
+    /// Wall-clock time of the replay, in seconds.
     pub wall_seconds: f64,
 }
 
@@ -121,7 +144,7 @@ impl SweepSpec {
     /// sampling, seed, then ratio (fastest). Static checkpointing takes no
     /// budget, no randomness and no eviction: one cell per trace and memory
     /// model.
-    pub fn cells(&self) -> Vec<Cell> {
+    fn cells(&self) -> Vec<Cell> {
         let mut cells = Vec::new();
         for trace in 0..self.traces.len() {
             for heuristic in 0..self.heuristics.len() {
@@ -350,7 +373,7 @@ pub fn parallel_map<T: Sync, R: Send>(
 }
 
 /// The CSV header, in [`Row`]'s field order.
-pub const CSV_HEADER: &str =
+const CSV_HEADER: &str =
     "index,trace,heuristic,memory,restore,sampling,seed,ratio,budget_bytes,status,overhead,\
 overhead_at_stop,remat_compute,peak_bytes,evictions,rematerializations,fragmentation,wall_seconds";
 

@@ -22,39 +22,46 @@ use crate::Reservation;
 /// One request for memory, as a plan file keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PlannedReservation {
+    /// The tensors evicted to make room, by the recorded run's ids.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evict: Vec<u64>,
+    /// Whether it then ran out of memory (an op that then got room by relaxing
+    /// locks asks again).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub out_of_memory: bool,
 }
 
 /// The plan file's format version.
-pub const PLAN_VERSION: u32 = 1;
+const PLAN_VERSION: u32 = 1;
 
 /// A schedule and its placement, as `dtr plan` writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
+    /// The file format's version (1).
     pub version: u32,
-    /// The trace it was made from, and its number of events (a plan only
-    /// fits the program it was made on).
+    /// The trace it was made from (a plan only fits the program it was made on).
     pub trace: String,
+    /// The trace's number of events, checked when the plan is followed.
     pub trace_events: usize,
-    /// The heuristic it records, and the budget the plan was asked for
-    /// (the run itself may have had less: see [`Plan::make`]).
+    /// The heuristic whose run it records.
     pub heuristic: String,
+    /// The budget the plan was asked for (the recorded run may have had
+    /// less: see [`Plan::make`]).
     pub budget_bytes: u64,
     /// The most bytes the recorded run held at once.
     pub peak_bytes: u64,
     /// Its compute over the unbounded run's.
     pub overhead: f64,
-    /// The arena the planned offsets need, and their alignment.
+    /// The arena the planned offsets need, in bytes.
     pub arena_bytes: u64,
+    /// The offsets' and sizes' alignment, in bytes (a power of two).
     pub alignment: u64,
     /// Each request for memory of the run, in order: the tensors (by the
     /// run's ids) it evicted, and whether it then ran out of memory.
     pub reservations: Vec<PlannedReservation>,
-    /// Every allocation's lifetime and offset, in the order they are made.
+    /// Every allocation's lifetime (sizes aligned), in the order they are made.
     pub lifetimes: Vec<Lifetime>,
+    /// Every allocation's offset in the arena, in the same order.
     pub offsets: Vec<u64>,
 }
 
@@ -239,6 +246,7 @@ impl Plan {
         })
     }
 
+    /// Reads a plan that [`Plan::write`] wrote; a plan of another version is an error.
     pub fn read(path: &Path) -> Result<Plan> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
         let plan: Plan = serde_json::from_str(&text)

@@ -35,6 +35,7 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// The heuristic's name, or [`STATIC_CHECKPOINTING`].
     pub fn name(&self) -> &str {
         match self {
             Policy::Heuristic(name) => name,
@@ -73,12 +74,16 @@ impl From<Policy> for String {
 /// A trace ready to run: loaded once, its unbounded baseline computed once.
 #[derive(Debug, Clone)]
 pub struct Workload {
+    /// The program to replay.
     pub trace: Trace,
+    /// The format it was read in (simulator logs follow their authors' conventions).
     pub format: TraceFormat,
+    /// The trace without DTR: its peak and compute, what budgets and overheads are relative to.
     pub baseline: Baseline,
 }
 
 impl Workload {
+    /// A loaded trace, with its baseline computed now.
     pub fn new(trace: Trace, format: TraceFormat) -> Workload {
         let baseline = baseline(&trace);
         Workload {
@@ -98,17 +103,22 @@ impl Workload {
 /// How to run one replay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSpec {
+    /// A heuristic under the budget, or static checkpointing.
     pub policy: Policy,
     /// A ratio is of the unbounded run's peak. Ignored by static plans.
     pub budget: Budget,
+    /// Counter or arena memory.
     pub memory: MemoryModel,
+    /// How the heuristic samples eviction candidates.
     pub sampling: Sampling,
+    /// Seeds the heuristic's and the sampling's randomness.
     pub seed: u64,
     /// Stop as thrashing once total compute would pass this multiple of
     /// the unbounded run's (at least 1; infinite for never).
     pub thrash_limit: f64,
-    /// How evicted storages come back, and the copy queue for swapping.
+    /// How evicted storages come back.
     pub restore: RestoreMode,
+    /// The copy queue, for restore modes that swap.
     pub swap: SwapConfig,
 }
 
@@ -137,6 +147,7 @@ pub struct Outcome {
     pub ratio: f64,
     /// Total compute and swap stalls over the unbounded run's compute.
     pub overhead: f64,
+    /// The replay's status, counters and peak.
     pub report: ReplayReport,
     /// The arena at the end, in arena memory.
     pub arena: Option<ArenaReport>,
@@ -165,19 +176,10 @@ impl RunSpec {
         Ok(())
     }
 
-    /// Runs the workload; `after_event(index, interpreter)` is called after
-    /// each trace event of a heuristic's run (for timelines).
-    pub fn run_observed(
-        &self,
-        workload: &Workload,
-        after_event: impl FnMut(usize, &Interpreter<SimulatorBackend>),
-    ) -> Result<Outcome> {
-        self.run_recording(workload, false, after_event)
-    }
-
-    /// [`RunSpec::run_observed`], with the interpreter's log of evictions
-    /// and rematerialisations kept when `record_events` (see
-    /// [`Interpreter::events`]; it changes no decision).
+    /// Runs the workload, calling `after_event(index, interpreter)` after
+    /// each trace event of a heuristic's run (for timelines), with the
+    /// interpreter's log of evictions and rematerialisations kept when
+    /// `record_events` (see [`Interpreter::events`]; it changes no decision).
     pub fn run_recording(
         &self,
         workload: &Workload,
@@ -190,7 +192,7 @@ impl RunSpec {
 
     /// [`RunSpec::run_recording`] that lets `prepare` set up the interpreter
     /// before the first event (to record a plan, say) and hands it back.
-    pub fn run_with(
+    pub(crate) fn run_with(
         &self,
         workload: &Workload,
         record_events: bool,
@@ -258,8 +260,8 @@ impl RunSpec {
         Ok((outcome, interpreter))
     }
 
-    /// [`RunSpec::run_observed`] without an observer.
+    /// Runs the workload.
     pub fn run(&self, workload: &Workload) -> Result<Outcome> {
-        self.run_observed(workload, |_, _| {})
+        self.run_recording(workload, false, |_, _| {})
     }
 }

@@ -10,6 +10,7 @@ use crate::interp::Interpreter;
 pub struct Sample {
     /// The trace event's index (the logical clock).
     pub clock: usize,
+    /// Bytes in use after it.
     pub in_use_bytes: u64,
     /// Evictions (eager ones included) made while running this event.
     pub evictions: u64,
@@ -22,13 +23,16 @@ pub struct Sample {
 /// One replay's samples, in clock order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timeline {
+    /// The budget at the last sample (`None`: unbounded).
     pub budget_bytes: Option<u64>,
+    /// One per observed event.
     pub samples: Vec<Sample>,
     evictions_so_far: u64,
     rematerializations_so_far: u64,
 }
 
 impl Timeline {
+    /// An empty timeline.
     pub fn new() -> Timeline {
         Timeline::default()
     }
@@ -106,6 +110,7 @@ pub struct ChromeTrace {
 }
 
 impl ChromeTrace {
+    /// An empty trace.
     pub fn new() -> ChromeTrace {
         ChromeTrace::default()
     }
@@ -245,6 +250,7 @@ impl ChromeTrace {
         self.events.len()
     }
 
+    /// Whether nothing was written yet.
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
@@ -253,9 +259,11 @@ impl ChromeTrace {
 /// A stretch of a trace's events: forward, backward, or what follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Phase {
+    /// `forward`, `backward`, `after backward` or `after backward (optimizer)`.
     pub name: String,
-    /// First and last trace event (indices, the timeline's clock).
+    /// First trace event (an index: the timeline's clock).
     pub start: usize,
+    /// Last trace event, inclusive.
     pub end: usize,
 }
 

@@ -10,21 +10,29 @@ use crate::graph::StorageId;
 /// A placed allocation: `size` is the aligned length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Block {
+    /// Where it starts, in bytes from the arena's start (0 in counter memory).
     pub offset: u64,
+    /// Its length in bytes (aligned in arena memory).
     pub size: u64,
 }
 
 /// A stretch of the address space, in address order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Piece {
+    /// A free stretch (coalesced: never next to another free one).
     Free {
+        /// Its start, in bytes.
         offset: u64,
+        /// Its length in bytes.
         size: u64,
     },
-    /// `owner` is `None` while reserved for an op that is running.
+    /// An allocated block.
     Used {
+        /// Its start, in bytes.
         offset: u64,
+        /// Its length in bytes, aligned.
         size: u64,
+        /// The storage in it; `None` while reserved for an op that is running.
         owner: Option<StorageId>,
     },
 }
@@ -32,15 +40,22 @@ pub enum Piece {
 /// What the allocator looks like now.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArenaReport {
+    /// The arena's size.
     pub capacity_bytes: u64,
+    /// Bytes in allocated blocks (sizes aligned).
     pub in_use_bytes: u64,
+    /// The most bytes in allocated blocks at once.
     pub peak_bytes: u64,
+    /// The largest free block: the largest allocation that fits now.
     pub largest_free_bytes: u64,
+    /// Number of free blocks.
     pub free_blocks: usize,
     /// `1 − largest_free / total_free` (0 when nothing is free).
     pub fragmentation: f64,
 }
 
+/// The arena allocator: one address space of `capacity` bytes, best fit,
+/// free neighbours coalesced, blocks aligned.
 #[derive(Debug, Clone)]
 pub struct Arena {
     capacity: u64,
@@ -57,7 +72,7 @@ pub struct Arena {
 
 impl Arena {
     /// An empty arena of `capacity` bytes; `alignment` must be a power of two.
-    pub fn new(capacity: u64, alignment: u64) -> Arena {
+    pub(crate) fn new(capacity: u64, alignment: u64) -> Arena {
         assert!(
             alignment.is_power_of_two(),
             "alignment must be a power of two"
@@ -75,6 +90,7 @@ impl Arena {
         arena
     }
 
+    /// The arena's size in bytes.
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -102,7 +118,7 @@ impl Arena {
 
     /// Places `bytes` in the smallest free block that holds them (lowest
     /// offset among equals). Zero bytes take no space.
-    pub fn allocate(&mut self, bytes: u64, owner: Option<StorageId>) -> Option<Block> {
+    pub(crate) fn allocate(&mut self, bytes: u64, owner: Option<StorageId>) -> Option<Block> {
         let size = self.aligned(bytes)?;
         if size == 0 {
             return Some(Block { offset: 0, size: 0 });
@@ -117,7 +133,7 @@ impl Arena {
     }
 
     /// Places `bytes` at exactly `offset`, if that stretch is free.
-    pub fn allocate_at(
+    pub(crate) fn allocate_at(
         &mut self,
         offset: u64,
         bytes: u64,
@@ -143,7 +159,7 @@ impl Arena {
 
     /// Places each size at its offset, all or none (then the arena is as
     /// before).
-    pub fn allocate_all_at(&mut self, sizes: &[u64], offsets: &[u64]) -> Option<Vec<Block>> {
+    pub(crate) fn allocate_all_at(&mut self, sizes: &[u64], offsets: &[u64]) -> Option<Vec<Block>> {
         let mut blocks = Vec::with_capacity(sizes.len());
         for (&bytes, &offset) in sizes.iter().zip(offsets) {
             match self.allocate_at(offset, bytes, None) {
@@ -158,7 +174,7 @@ impl Arena {
     }
 
     /// Allocates every size or none (then the arena is as before).
-    pub fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
+    pub(crate) fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
         let mut blocks = Vec::with_capacity(sizes.len());
         for &bytes in sizes {
             match self.allocate(bytes, None) {
@@ -175,14 +191,14 @@ impl Arena {
     }
 
     /// Records who owns a used block (for address-ordered policies).
-    pub fn set_owner(&mut self, block: Block, owner: Option<StorageId>) {
+    pub(crate) fn set_owner(&mut self, block: Block, owner: Option<StorageId>) {
         if let Some(entry) = self.used.get_mut(&block.offset) {
             entry.1 = owner;
         }
     }
 
     /// Frees a block and merges it with free neighbours.
-    pub fn free(&mut self, block: Block) {
+    pub(crate) fn free(&mut self, block: Block) {
         if block.size == 0 {
             return;
         }
@@ -242,7 +258,7 @@ impl Arena {
 
     /// Grows the arena, or shrinks it as far as the free tail allows;
     /// returns the capacity it has now.
-    pub fn resize(&mut self, capacity: u64) -> u64 {
+    pub(crate) fn resize(&mut self, capacity: u64) -> u64 {
         let tail_start = match self.free_by_offset.iter().next_back() {
             Some((&offset, &size)) if offset + size == self.capacity => {
                 self.remove_free(offset);
@@ -256,6 +272,7 @@ impl Arena {
         capacity
     }
 
+    /// Its size, use and fragmentation now.
     pub fn report(&self) -> ArenaReport {
         let largest = self
             .free_by_size

@@ -19,10 +19,14 @@ use crate::graph::StorageId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub enum MemoryModel {
+    /// Bytes added up against the budget; no addresses, no fragmentation.
     #[default]
     Counter,
     /// An offset allocator with blocks aligned to `alignment` bytes.
-    Arena { alignment: u64 },
+    Arena {
+        /// Block alignment in bytes (a power of two).
+        alignment: u64,
+    },
 }
 
 impl MemoryModel {
@@ -92,7 +96,7 @@ pub struct Memory {
 
 impl Memory {
     /// An arena needs a budget; until it has one the model is a counter.
-    pub fn new(model: MemoryModel, budget_bytes: Option<u64>) -> Memory {
+    pub(crate) fn new(model: MemoryModel, budget_bytes: Option<u64>) -> Memory {
         let mut memory = Memory {
             model,
             counter: MemoryCounter::new(budget_bytes),
@@ -115,17 +119,19 @@ impl Memory {
         }
     }
 
+    /// Bytes in use, the peak and the budget.
     pub fn counter(&self) -> &MemoryCounter {
         &self.counter
     }
 
+    /// The arena, in arena memory once there is a budget (`None` otherwise).
     pub fn arena(&self) -> Option<&Arena> {
         self.arena.as_ref()
     }
 
     /// A new budget; an existing arena grows to it, or shrinks as far as its
     /// free tail allows; without a budget it no longer limits anything.
-    pub fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
+    pub(crate) fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
         self.counter.set_budget_bytes(budget_bytes);
         match (&mut self.arena, budget_bytes) {
             (Some(arena), Some(budget)) => {
@@ -142,18 +148,18 @@ impl Memory {
 
     /// Places the following allocations at `offsets`, in order (a static
     /// plan's), in arena memory.
-    pub fn follow_offsets(&mut self, offsets: Vec<u64>) {
+    pub(crate) fn follow_offsets(&mut self, offsets: Vec<u64>) {
         self.planned = Some(offsets.into());
     }
 
     /// Planned offsets not used yet.
-    pub fn planned_offsets_left(&self) -> usize {
+    pub(crate) fn planned_offsets_left(&self) -> usize {
         self.planned.as_ref().map_or(0, |offsets| offsets.len())
     }
 
     /// Allocates a block for each size, or nothing when they do not all fit.
     /// Following a plan, each goes at its planned offset or none is made.
-    pub fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
+    pub(crate) fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
         let blocks = match (&mut self.arena, &mut self.planned) {
             (Some(arena), Some(planned)) => {
                 if planned.len() < sizes.len() {
@@ -183,7 +189,7 @@ impl Memory {
 
     /// Whether evicting could ever make `sizes` fit: the bytes (aligned)
     /// that no eviction can free plus the request stay within the budget.
-    pub fn could_fit(&self, sizes: &[u64], unevictable_bytes: u64) -> bool {
+    pub(crate) fn could_fit(&self, sizes: &[u64], unevictable_bytes: u64) -> bool {
         let request = sizes.iter().fold(0u64, |sum, &b| {
             let size = self
                 .arena
@@ -197,14 +203,14 @@ impl Memory {
             .is_none_or(|budget| unevictable_bytes.saturating_add(request) <= budget)
     }
 
-    pub fn free(&mut self, block: Block) {
+    pub(crate) fn free(&mut self, block: Block) {
         self.counter.free(block.size);
         if let Some(arena) = &mut self.arena {
             arena.free(block);
         }
     }
 
-    pub fn set_owner(&mut self, block: Block, owner: Option<StorageId>) {
+    pub(crate) fn set_owner(&mut self, block: Block, owner: Option<StorageId>) {
         if let Some(arena) = &mut self.arena {
             arena.set_owner(block, owner);
         }

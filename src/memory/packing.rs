@@ -10,8 +10,11 @@ use serde::{Deserialize, Serialize};
 /// freed before `end` (half-open), `bytes` long (aligned as placed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lifetime {
+    /// Its size in bytes.
     pub bytes: u64,
+    /// The reservation step that made it.
     pub start: u64,
+    /// The reservation step before which it was freed.
     pub end: u64,
 }
 

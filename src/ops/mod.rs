@@ -20,14 +20,21 @@ use crate::shape::Dims;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UnaryOp {
+    /// `-x`.
     Neg,
+    /// `eˣ`.
     Exp,
+    /// Natural logarithm.
     Log,
+    /// Square root.
     Sqrt,
+    /// `max(x, 0)`.
     Relu,
     /// The tanh approximation used by GPT-style models.
     Gelu,
+    /// Hyperbolic tangent.
     Tanh,
+    /// `1 / (1 + e⁻ˣ)`.
     Sigmoid,
 }
 
@@ -54,6 +61,7 @@ impl UnaryOp {
         )
     }
 
+    /// The op's name in traces and logs (`"relu"`).
     pub fn name(self) -> &'static str {
         match self {
             UnaryOp::Neg => "neg",
@@ -72,9 +80,13 @@ impl UnaryOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BinaryOp {
+    /// `a + b`.
     Add,
+    /// `a - b`.
     Sub,
+    /// `a · b`.
     Mul,
+    /// `a / b`.
     Div,
 }
 
@@ -82,6 +94,7 @@ impl BinaryOp {
     /// Every binary op.
     pub const ALL: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
 
+    /// The op's name in traces and logs (`"add"`).
     pub fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
@@ -96,7 +109,9 @@ impl BinaryOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ScalarOp {
+    /// `x + c`.
     Add,
+    /// `x · c`.
     Mul,
     /// `x^c`.
     Pow,
@@ -106,8 +121,11 @@ pub enum ScalarOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
+    /// Sum of the axis.
     Sum,
+    /// Mean of the axis.
     Mean,
+    /// Largest value of the axis.
     Max,
 }
 
@@ -116,11 +134,14 @@ pub enum ReduceOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub struct Window2d {
+    /// Step between windows, per axis (at least 1 for a valid op).
     pub stride: [usize; 2],
+    /// Zeros added before and after each axis.
     pub padding: [usize; 2],
 }
 
 impl Window2d {
+    /// The same `stride` and `padding` on both axes.
     pub fn new(stride: usize, padding: usize) -> Window2d {
         Window2d {
             stride: [stride, stride],
@@ -129,7 +150,7 @@ impl Window2d {
     }
 
     /// Output extent of one spatial axis, or `None` when the window does not fit.
-    pub fn output_len(&self, axis: usize, input: usize, kernel: usize) -> Option<usize> {
+    pub(crate) fn output_len(&self, axis: usize, input: usize, kernel: usize) -> Option<usize> {
         let padded = input + 2 * self.padding[axis];
         if kernel == 0 || self.stride[axis] == 0 || padded < kernel {
             return None;
@@ -143,7 +164,12 @@ impl Window2d {
 #[serde(rename_all = "snake_case")]
 pub enum Op {
     /// No inputs; a tensor of `dims` filled with `value`. Recomputable, unlike a put.
-    Fill { dims: Dims, value: f32 },
+    Fill {
+        /// The output's shape.
+        dims: Dims,
+        /// Every element's value.
+        value: f32,
+    },
     /// `(x)`.
     Unary(UnaryOp),
     /// `(grad_out, saved)` → grad of the input; `saved` is the op's output or
@@ -152,80 +178,136 @@ pub enum Op {
     /// `(a, b)`, broadcasting.
     Binary(BinaryOp),
     /// `(x)` combined with the constant `value`.
-    Scalar { op: ScalarOp, value: f32 },
+    Scalar {
+        /// The function.
+        op: ScalarOp,
+        /// The constant `c`.
+        value: f32,
+    },
     /// `(a [.., m, k], b [.., k, n])`; batch axes must match, or `b` is 2-D.
     MatMul,
     /// `(x)`, a view with axes `dim0` and `dim1` swapped.
-    Transpose { dim0: isize, dim1: isize },
+    Transpose {
+        /// One axis (negative counts from the end).
+        dim0: isize,
+        /// The other axis.
+        dim1: isize,
+    },
     /// `(x)`, a view when `x` is contiguous, else a copy.
-    Reshape { dims: Dims },
+    Reshape {
+        /// The new shape (same element count).
+        dims: Dims,
+    },
     /// `(x)`, a view of `start..end` along `axis`.
     Slice {
+        /// The sliced axis (negative counts from the end).
         axis: isize,
+        /// First index kept.
         start: usize,
+        /// One past the last index kept.
         end: usize,
     },
     /// `(x)`, a broadcast view to `dims` (stride 0 on stretched axes).
-    Expand { dims: Dims },
+    Expand {
+        /// The broadcast shape.
+        dims: Dims,
+    },
     /// `(x)`, a packed row-major copy.
     Contiguous,
     /// `(x₀, x₁, …)` joined along `axis`.
-    Concat { axis: isize },
+    Concat {
+        /// The joined axis (negative counts from the end).
+        axis: isize,
+    },
     /// `(x)` reduced over `axis`.
     Reduce {
+        /// The reduction.
         op: ReduceOp,
+        /// The reduced axis (negative counts from the end).
         axis: isize,
+        /// Keep the axis with extent 1 (else drop it).
         keepdim: bool,
     },
     /// `(x)`, numerically stable softmax over `axis`.
-    Softmax { axis: isize },
-    /// `(x)`.
-    LogSoftmax { axis: isize },
+    Softmax {
+        /// The normalised axis (negative counts from the end).
+        axis: isize,
+    },
+    /// `(x)`, log of the softmax over `axis`.
+    LogSoftmax {
+        /// The normalised axis (negative counts from the end).
+        axis: isize,
+    },
     /// `(grad_out, y)` with `y` the softmax output.
-    SoftmaxBackward { axis: isize },
+    SoftmaxBackward {
+        /// The forward op's axis.
+        axis: isize,
+    },
     /// `(grad_out, y)` with `y` the log-softmax output.
-    LogSoftmaxBackward { axis: isize },
+    LogSoftmaxBackward {
+        /// The forward op's axis.
+        axis: isize,
+    },
     /// `(x [.., d], gamma [d], beta [d])` → `(y, mean [..], rstd [..])`, over the last axis.
-    LayerNorm { eps: f32 },
+    LayerNorm {
+        /// Added to the variance before the square root.
+        eps: f32,
+    },
     /// `(grad_y, x, gamma, mean, rstd)` → `(grad_x, grad_gamma, grad_beta)`.
     LayerNormBackward,
     /// `(x [n, c, h, w], weight [o, c, kh, kw])` → `[n, o, oh, ow]`.
     Conv2d(Window2d),
     /// `(grad_out, weight)` → grad of `x`, whose spatial size is `input_hw`.
     Conv2dBackwardData {
+        /// The forward convolution's stride and padding.
         window: Window2d,
+        /// Height and width of the forward input.
         input_hw: [usize; 2],
     },
     /// `(grad_out, x)` → grad of the weight, whose kernel size is `kernel_hw`.
     Conv2dBackwardWeight {
+        /// The forward convolution's stride and padding.
         window: Window2d,
+        /// Height and width of the kernel.
         kernel_hw: [usize; 2],
     },
     /// `(x [n, c, h, w])`; padding counts as -∞.
     MaxPool2d {
+        /// Window height and width.
         kernel: [usize; 2],
+        /// Stride and padding.
         window: Window2d,
     },
     /// `(grad_out, x)` → grad of `x`; ties send the gradient to the first maximum.
     MaxPool2dBackward {
+        /// The forward pooling's window height and width.
         kernel: [usize; 2],
+        /// The forward pooling's stride and padding.
         window: Window2d,
     },
     /// `(x [n, c, h, w])`; padding counts as 0 and in the divisor.
     AvgPool2d {
+        /// Window height and width.
         kernel: [usize; 2],
+        /// Stride and padding.
         window: Window2d,
     },
     /// `(grad_out)` → grad of `x`, whose spatial size is `input_hw`.
     AvgPool2dBackward {
+        /// The forward pooling's window height and width.
         kernel: [usize; 2],
+        /// The forward pooling's stride and padding.
         window: Window2d,
+        /// Height and width of the forward input.
         input_hw: [usize; 2],
     },
     /// `(weight [v, d], indices [..])` → `[.., d]`; indices are integral f32.
     Embedding,
     /// `(grad_out [.., d], indices [..])` → grad of the weight `[num_embeddings, d]`.
-    EmbeddingBackward { num_embeddings: usize },
+    EmbeddingBackward {
+        /// Rows of the weight table.
+        num_embeddings: usize,
+    },
     /// `(logits [n, c], targets [n])` → mean negative log-likelihood `[]`.
     CrossEntropy,
     /// `(grad_loss [], logits, targets)` → grad of the logits.
@@ -238,8 +320,11 @@ pub enum Op {
 /// What a trace records of an op dtr may have no kernel for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordedOp {
+    /// The op's name as recorded (`aten.mm.default`).
     pub name: String,
+    /// Its recompute cost, in the trace's cost units.
     pub cost: u64,
+    /// Its outputs, in order.
     pub outputs: SmallVec<[RecordedOutput; 2]>,
     /// The recording framework's id for this call: a foreign backend (the
     /// PyTorch one of the `dtr` Python package) re-runs call `call` to

@@ -25,11 +25,13 @@ pub type TraceTensor = u32;
 /// One output of an [`TraceEvent::Apply`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceOutput {
+    /// The tensor it makes.
     pub tensor: TraceTensor,
     /// Bytes allocated (0 for a view).
     pub bytes: u64,
     /// `Some(i)`: a view of input `i`'s storage.
     pub alias_of: Option<usize>,
+    /// Its shape, when the trace records it.
     pub dims: Option<Dims>,
 }
 
@@ -40,18 +42,27 @@ pub struct TraceOutput {
 pub enum TraceEvent {
     /// A tensor from outside (a parameter, an input, a constant).
     Put {
+        /// The tensor it makes.
         tensor: TraceTensor,
+        /// Bytes of its storage.
         bytes: u64,
+        /// Its shape, when the trace records it.
         dims: Option<Dims>,
+        /// Its values (row-major), when the trace records them.
         data: Option<Vec<f32>>,
     },
     /// An op application. `kernel` is present when dtr can execute the op
     /// on a data backend; the simulator needs only the sizes and `cost`.
     Apply {
+        /// The op's name as recorded.
         op: String,
+        /// The op as dtr runs it, if it has a kernel for it.
         kernel: Option<Box<Op>>,
+        /// Its inputs, in order.
         inputs: SmallVec<[TraceTensor; 4]>,
+        /// Its outputs, in order.
         outputs: Vec<TraceOutput>,
+        /// Its recompute cost, in the trace's cost units.
         cost: u64,
         /// The model module that ran it, when the recorder knew (PyTorch's
         /// module path, such as `ResNet.layer1.0.conv1`).
@@ -59,26 +70,33 @@ pub enum TraceEvent {
     },
     /// One more reference to a tensor.
     Retain {
+        /// The tensor.
         tensor: TraceTensor,
     },
     /// One reference dropped.
     Del {
+        /// The tensor.
         tensor: TraceTensor,
     },
     /// The program reads a tensor's value.
     Get {
+        /// The tensor.
         tensor: TraceTensor,
     },
     /// Rematerialised if needed and kept resident until an `Unpin` (for good
     /// when none follows: the outputs of the authors' logs).
     Pin {
+        /// The tensor.
         tensor: TraceTensor,
     },
+    /// Releases one `Pin` of the tensor's storage.
     Unpin {
+        /// The tensor.
         tensor: TraceTensor,
     },
     /// The tensor's history is cut; it becomes a root.
     Detach {
+        /// The tensor.
         tensor: TraceTensor,
     },
 }
@@ -89,6 +107,7 @@ pub enum TraceEvent {
 pub struct Trace {
     /// Where it came from, for messages (`file` of `file:line`).
     pub source: String,
+    /// The program, in order.
     pub events: Vec<TraceEvent>,
     /// Source line of each event.
     pub lines: Vec<usize>,
@@ -97,12 +116,13 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Number of tensors the trace makes (puts and op outputs).
     pub fn tensor_count(&self) -> usize {
         self.storage_bytes.len()
     }
 
     /// `file:line: message` for event `index`.
-    pub fn error_at(&self, index: usize, message: impl std::fmt::Display) -> Error {
+    pub(crate) fn error_at(&self, index: usize, message: impl std::fmt::Display) -> Error {
         Error::Trace(format!(
             "{}:{}: {message}",
             self.source,
@@ -122,7 +142,7 @@ pub enum TraceFormat {
 
 impl TraceFormat {
     /// Guesses from the first non-empty line.
-    pub fn detect(text: &str) -> Option<TraceFormat> {
+    fn detect(text: &str) -> Option<TraceFormat> {
         let first = text.lines().find(|l| !l.trim().is_empty())?;
         if first.contains("\"format\"") && first.contains("dtr-trace") {
             Some(TraceFormat::Native)
@@ -303,7 +323,7 @@ pub fn utf8(source: &str, bytes: Vec<u8>) -> Result<String> {
 
 /// The largest total of sizes (and of costs) a trace may add up to: 2⁶²,
 /// so that budgets, alignment and sums of live bytes never overflow.
-pub const MAX_TOTAL: u64 = 1 << 62;
+const MAX_TOTAL: u64 = 1 << 62;
 
 /// An output as a reader gives it to [`TraceBuilder::apply`]: bytes,
 /// the input it is a view of, dims.

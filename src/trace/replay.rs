@@ -23,6 +23,7 @@ pub enum Kernels {
 /// How a replay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReplayStatus {
+    /// The trace ran to its end.
     #[serde(rename = "ok")]
     Ok,
     /// No eviction could make room: stopped there.
@@ -40,6 +41,7 @@ impl std::fmt::Display for ReplayStatus {
 }
 
 impl ReplayStatus {
+    /// `ok`, `oom` or `thrash`, as results files write it.
     pub fn as_str(self) -> &'static str {
         match self {
             ReplayStatus::Ok => "ok",
@@ -52,13 +54,17 @@ impl ReplayStatus {
 /// What a replay did.
 #[derive(Debug, Clone)]
 pub struct ReplayReport {
+    /// Whether the replay ran to the end or stopped.
     pub status: ReplayStatus,
     /// The error that stopped an unfinished replay.
     pub message: Option<String>,
+    /// The interpreter's counters at the end.
     pub stats: Stats,
+    /// The most bytes in use at once.
     pub peak_bytes: u64,
     /// Values read by `get` events, in order (empty on the simulator).
     pub reads: Vec<(TraceTensor, Vec<f32>)>,
+    /// Wall-clock time of the replay, in seconds.
     pub wall_seconds: f64,
 }
 
@@ -208,7 +214,9 @@ pub struct Baseline {
     pub compute: u64,
     /// Bytes of all puts.
     pub constant_bytes: u64,
+    /// Number of op applications.
     pub ops: usize,
+    /// Number of tensors made.
     pub tensors: usize,
     /// No schedule can run the program in less: the largest, over ops, of
     /// the live puts plus the op's inputs and outputs.

@@ -66,7 +66,12 @@ pub enum WgpuBuffer {
     Owned(wgpu::Buffer),
     /// Bytes `offset..offset + size` of the backend's arena buffer (arena
     /// memory: the interpreter's allocator chose the offset).
-    Range { offset: u64, size: u64 },
+    Range {
+        /// Start in the arena buffer, in bytes.
+        offset: u64,
+        /// Length in bytes.
+        size: u64,
+    },
 }
 
 /// A range of a device buffer, as bound to a kernel.
@@ -87,6 +92,7 @@ impl Slice {
     }
 }
 
+/// Runs ops as WGSL compute kernels on one GPU adapter, through wgpu.
 pub struct WgpuBackend {
     /// The adapter's device-local memory, where the platform tells it.
     memory_bytes: Option<u64>,
