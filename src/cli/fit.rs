@@ -22,7 +22,7 @@ pub struct Args {
     /// Heuristics, comma-separated (see `dtr heuristics`).
     #[arg(long, value_delimiter = ',', default_value = dtr::policy::DEFAULT_HEURISTIC)]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`.
+    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, or `arena-ff` (first fit, same suffix).
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, default_value = "all")]

@@ -30,7 +30,7 @@ pub struct Args {
     /// for static √N checkpointing, which takes no budget.
     #[arg(long, default_value = dtr::policy::DEFAULT_HEURISTIC)]
     heuristic: String,
-    /// `counter`, `arena` (256-byte aligned) or `arena:ALIGNMENT`.
+    /// `counter`, `arena` (256-byte aligned), `arena:ALIGNMENT`, or `arena-ff` (first fit, same suffix).
     #[arg(long, default_value = "counter")]
     memory: MemoryModel,
     #[arg(long, value_enum, default_value = "all")]

@@ -35,7 +35,7 @@ pub struct SweepArgs {
         default_value = "dtr,dtr-eq,dtr-local,msps,lru,size,static-sqrt"
     )]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`.
+    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, or `arena-ff` (first fit, same suffix).
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]

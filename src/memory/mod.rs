@@ -27,6 +27,12 @@ pub enum MemoryModel {
         /// Block alignment in bytes (a power of two).
         alignment: u64,
     },
+    /// The same placing each block at the lowest offset where it fits
+    /// (see [`Arena::allocate`]). Written `arena-ff` or `arena-ff:ALIGNMENT`.
+    FirstFitArena {
+        /// Block alignment in bytes (a power of two).
+        alignment: u64,
+    },
 }
 
 impl MemoryModel {
@@ -42,6 +48,8 @@ impl std::fmt::Display for MemoryModel {
             MemoryModel::Counter => f.write_str("counter"),
             MemoryModel::Arena { alignment: 256 } => f.write_str("arena"),
             MemoryModel::Arena { alignment } => write!(f, "arena:{alignment}"),
+            MemoryModel::FirstFitArena { alignment: 256 } => f.write_str("arena-ff"),
+            MemoryModel::FirstFitArena { alignment } => write!(f, "arena-ff:{alignment}"),
         }
     }
 }
@@ -53,16 +61,20 @@ impl std::str::FromStr for MemoryModel {
         match text.split_once(':') {
             None if text == "counter" => Ok(MemoryModel::Counter),
             None if text == "arena" => Ok(MemoryModel::arena()),
-            Some(("arena", alignment)) => match alignment.parse::<u64>() {
-                Ok(alignment) if alignment.is_power_of_two() => {
+            None if text == "arena-ff" => Ok(MemoryModel::FirstFitArena { alignment: 256 }),
+            Some((kind @ ("arena" | "arena-ff"), alignment)) => match alignment.parse::<u64>() {
+                Ok(alignment) if alignment.is_power_of_two() && kind == "arena" => {
                     Ok(MemoryModel::Arena { alignment })
+                }
+                Ok(alignment) if alignment.is_power_of_two() => {
+                    Ok(MemoryModel::FirstFitArena { alignment })
                 }
                 _ => Err(format!(
                     "arena alignment `{alignment}` is not a power of two"
                 )),
             },
             _ => Err(format!(
-                "unknown memory model `{text}` (counter, arena or arena:ALIGNMENT)"
+                "unknown memory model `{text}` (counter, arena, arena:ALIGNMENT, arena-ff or arena-ff:ALIGNMENT)"
             )),
         }
     }
@@ -110,11 +122,15 @@ impl Memory {
     /// Creates the arena once there is a budget and nothing is placed yet
     /// (existing storages have no addresses to move into it).
     fn open_arena(&mut self) {
-        if let (MemoryModel::Arena { alignment }, Some(budget), None) =
-            (self.model, self.counter.budget_bytes(), &self.arena)
-        {
+        let (alignment, first_fit) = match self.model {
+            MemoryModel::Counter => return,
+            MemoryModel::Arena { alignment } => (alignment, false),
+            MemoryModel::FirstFitArena { alignment } => (alignment, true),
+        };
+        if let (Some(budget), None) = (self.counter.budget_bytes(), &self.arena) {
             if self.counter.in_use_bytes() == 0 {
-                self.arena = Some(Arena::new(budget, alignment));
+                let arena = Arena::new(budget, alignment);
+                self.arena = Some(if first_fit { arena.first_fit() } else { arena });
             }
         }
     }
