@@ -47,7 +47,7 @@ interruption, the same command with --resume runs only what is missing.")]
     Sweep(cli::sweep::SweepArgs),
     /// The paper's Theorem 3.1: uniform chains of each length under ⌈2√N⌉
     /// activations, with the Revolve optimum and static √N checkpointing
-    /// beside each heuristic; writes chains.csv and chains.svg.
+    /// beside each heuristic; writes chains.csv, chains.svg and chains.png.
     #[command(after_help = "Example:
   dtr chains --lengths 100,1000,10000 --heuristics dtr-eq,dtr --out chains")]
     Chains(cli::chains::Args),
@@ -56,7 +56,7 @@ interruption, the same command with --resume runs only what is missing.")]
   dtr gen chain --length 200 --out chain.jsonl
   dtr gen unet --depth 5 --out unet.jsonl")]
     Gen(cli::gen::Args),
-    /// Draw a sweep's results (its results.json, or the directory holding it) as SVG.
+    /// Draw a sweep's results (its results.json, or the directory holding it) as SVG and PNG.
     #[command(after_help = "Example:
   dtr plot sweep/results.json --out plots")]
     Plot(cli::sweep::PlotArgs),

@@ -3,6 +3,24 @@
 
 use std::process::Command;
 
+/// Whether `path` holds a PNG: its signature and an image header with a
+/// nonzero size.
+fn assert_png(path: &std::path::Path) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n") && &bytes[12..16] == b"IHDR",
+        "{} is not a PNG",
+        path.display()
+    );
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert!(
+        width > 0 && height > 0 && bytes.len() > 1000,
+        "{}",
+        path.display()
+    );
+}
+
 fn dtr(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_dtr"))
         .args(args)
@@ -153,6 +171,7 @@ fn replay_draws_a_timeline_or_writes_its_samples() {
     }
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.starts_with("<svg") && drawn.contains("fragmentation"));
+    assert_png(&dir.join("t.png"));
     let samples = std::fs::read_to_string(&csv).unwrap();
     assert!(samples.starts_with("clock,in_use_bytes,evictions,rematerializations,fragmentation"));
     let evictions: u64 = samples
@@ -184,6 +203,7 @@ fn chains_writes_its_table_and_chart() {
     assert!(std::fs::read_to_string(dir.join("chains.svg"))
         .unwrap()
         .starts_with("<svg"));
+    assert_png(&dir.join("chains.png"));
     assert_eq!(
         std::fs::read_to_string(dir.join("chains.csv"))
             .unwrap()
@@ -241,6 +261,24 @@ fn replay_timelines_are_checked_before_running_and_never_lose_the_result() {
         !ok && stderr.contains(".svg") && stdout.is_empty(),
         "{stderr}"
     );
+    // The PNG drawn beside an SVG is an output too: a trace of that name
+    // is refused before the replay, not overwritten after it.
+    let png_trace = dir.join("p.png");
+    std::fs::copy("traces/mlp-small.jsonl", &png_trace).unwrap();
+    let (ok, stdout, stderr) = dtr(&[
+        "replay",
+        png_trace.to_str().unwrap(),
+        "--ratio",
+        "0.6",
+        "--timeline",
+        dir.join("p.svg").to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && stderr.contains("names the input") && stdout.is_empty(),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&png_trace).unwrap(), original);
+    assert!(!dir.join("p.svg").exists());
     assert_eq!(
         std::fs::read(&trace).unwrap(),
         original,
@@ -297,6 +335,31 @@ fn sweep_checks_out_first_and_plot_reads_the_file_named() {
     ]);
     assert!(ok, "plot read {}: {stderr}", renamed.display());
     assert!(stdout.contains(".svg"), "{stdout}");
+    for name in ["overhead-mlp", "policies"] {
+        assert!(plots.join(format!("{name}.svg")).exists(), "{stdout}");
+        assert_png(&plots.join(format!("{name}.png")));
+        assert!(stdout.contains(&format!("{name}.png")), "{stdout}");
+    }
+    // A sweep would draw policies.png into --out: a trace there of that
+    // name is refused before any run.
+    let trace = out.join("policies.png");
+    std::fs::copy("traces/mlp-small.jsonl", &trace).unwrap();
+    let (ok, _, stderr) = dtr(&[
+        "sweep",
+        trace.to_str().unwrap(),
+        "--ratios",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && stderr.contains("would overwrite the input"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        std::fs::read("traces/mlp-small.jsonl").unwrap()
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 

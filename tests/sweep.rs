@@ -244,8 +244,20 @@ fn sweeps_draw_one_chart_per_trace_and_a_comparison() {
     let rows = spec.run(None, 2, &|_, _| {}).unwrap();
     let dir = std::env::temp_dir().join(format!("dtr-plot-test-{}", std::process::id()));
     let written = dtr::experiments::plot::plot_all(&rows, &dir).unwrap();
-    assert_eq!(written.len(), 2, "one trace: its chart and the comparison");
-    for path in &written {
+    assert_eq!(
+        written.len(),
+        4,
+        "one trace: its chart and the comparison, each as SVG and PNG"
+    );
+    for pair in written.chunks(2) {
+        let (path, png) = (&pair[0], &pair[1]);
+        assert_eq!(
+            png,
+            &path.with_extension("png"),
+            "the PNG sits beside its SVG"
+        );
+        let bytes = std::fs::read(png).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 1000);
         let svg = std::fs::read_to_string(path).unwrap();
         assert!(svg.starts_with("<svg"), "{}", path.display());
         for heuristic in &spec.heuristics {

@@ -49,9 +49,10 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
     print!("{}", dtr::experiments::chains::table(&rows));
     dtr::experiments::chains::write_results(&out, &rows)?;
     eprintln!(
-        "wrote {} and {}",
+        "wrote {}, {} and {}",
         out.join("chains.csv").display(),
-        out.join("chains.svg").display()
+        out.join("chains.svg").display(),
+        out.join("chains.png").display()
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -45,7 +45,8 @@ pub struct Args {
     json: bool,
     /// Draw memory in use over the trace's clock, with the budget,
     /// evictions, rematerialisations and (arena) fragmentation: a path
-    /// ending in `.svg` gets a chart, one ending in `.csv` the samples.
+    /// ending in `.svg` gets a chart (and a PNG of it beside, same stem),
+    /// one ending in `.csv` the samples.
     #[arg(long)]
     timeline: Option<PathBuf>,
     /// Write the run in the Chrome trace event format (a `.json` file
@@ -287,13 +288,20 @@ fn report_stopped(outcome: &dtr::experiments::Outcome) -> bool {
     outcome.report.status != dtr::trace::replay::ReplayStatus::Ok
 }
 
-/// Whether a timeline at `path` is CSV (else SVG); checked before the
-/// replay: another extension, or the input trace itself, is refused.
+/// Whether a timeline at `path` is CSV (else SVG, with a PNG beside it);
+/// checked before the replay: another extension, or the input trace itself
+/// (as the SVG or its PNG), is refused.
 fn timeline_is_csv(path: &std::path::Path, trace: &std::path::Path) -> dtr::Result<bool> {
-    Ok(check_output("--timeline", path, &[trace], &["svg", "csv"])? == "csv")
+    let csv = check_output("--timeline", path, &[trace], &["svg", "csv"])? == "csv";
+    if !csv {
+        // The chart's PNG goes beside the SVG: it may not be the input either.
+        let png = dtr::experiments::plot::png_path(path);
+        check_output("--timeline (its PNG)", &png, &[trace], &["png"])?;
+    }
+    Ok(csv)
 }
 
-/// Writes a replay's timeline: CSV samples or an SVG chart (with the
+/// Writes a replay's timeline: CSV samples or an SVG and PNG chart (with the
 /// trace's phases and its peak's op).
 fn write_timeline(
     path: &std::path::Path,

@@ -110,7 +110,16 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
     let jobs = jobs_or_cores(jobs);
     spec.validate()?;
     let inputs: Vec<&std::path::Path> = spec.traces.iter().map(PathBuf::as_path).collect();
-    check_output_dir("--out", &out, &inputs, &RESULT_FILES)?;
+    // The charts are named after the traces as the rows will name them.
+    let traces: Vec<String> = spec
+        .traces
+        .iter()
+        .map(|t| t.display().to_string())
+        .collect();
+    let charts = dtr::experiments::plot::chart_files(&traces);
+    let mut names: Vec<&str> = RESULT_FILES.to_vec();
+    names.extend(charts.iter().map(String::as_str));
+    check_output_dir("--out", &out, &inputs, &names)?;
     dtr::experiments::prepare_out(&out)?;
     let saved = dtr::experiments::read_partial(&out)?;
     if !saved.is_empty() && !resume {

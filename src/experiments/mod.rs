@@ -9,6 +9,8 @@ pub mod generate;
 pub mod plan;
 #[cfg(feature = "plot")]
 pub mod plot;
+#[cfg(feature = "plot")]
+mod raster;
 pub mod revolve;
 pub mod run;
 pub mod timeline;

@@ -1,4 +1,4 @@
-//! Pictures of sweep results, as SVG: per trace, overhead against the
+//! Pictures of sweep results, as SVG and, beside each, PNG: per trace, overhead against the
 //! budget ratio with one line per policy and the runs that stopped (out of
 //! memory, thrashing) as their own markers where they stopped (the shape
 //! of the DTR paper's Figure 2); across traces, the smallest ratio each
@@ -16,6 +16,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::chains::ChainRow;
+use super::raster::{encode_png, register_font, Tee};
 use super::timeline::{Phase, Sample, Timeline};
 use super::Row;
 use crate::config::RestoreMode;
@@ -321,24 +322,44 @@ fn distinct(values: impl Iterator<Item = String>) -> Vec<String> {
     seen
 }
 
-type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type Chart<'a> = ChartContext<'a, Tee<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type Area<'a> = DrawingArea<Tee<'a>, Shift>;
 
 /// Width of the legend panel right of a chart.
 const LEGEND_WIDTH: u32 = 320;
 
 /// Draws on a white canvas of `size` pixels and writes it to `path` as
-/// SVG, whole or not at all (aside, then renamed into place).
+/// SVG and beside it, with the same stem, as PNG ([`png_path`]): both
+/// whole or neither (each written aside, then both renamed into place).
 fn render(path: &Path, size: (u32, u32), draw: impl FnOnce(&Area<'_>) -> Result<()>) -> Result<()> {
+    let png_path = png_path(path);
+    if png_path == path {
+        return Err(Error::file(path, "a chart's path must end in .svg"));
+    }
+    register_font()?;
     let mut svg = String::new();
+    let mut pixels = vec![0u8; size.0 as usize * size.1 as usize * 3];
     {
-        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        let root = Tee::new(&mut svg, &mut pixels, size)?.into_drawing_area();
         root.fill(&WHITE).map_err(|e| plot_error(path, e))?;
         draw(&root)?;
         root.present().map_err(|e| plot_error(path, e))?;
     }
-    super::write_atomic(path, svg.as_bytes())
+    let png = encode_png(&pixels, size)?;
+    let svg_aside = super::write_aside(path, svg.as_bytes())?;
+    let png_aside = super::write_aside(&png_path, &png)?;
+    svg_aside.persist(path).map_err(|e| Error::file(path, e))?;
+    png_aside
+        .persist(&png_path)
+        .map_err(|e| Error::file(&png_path, e))?;
+    Ok(())
+}
+
+/// Where the PNG of a chart written to `svg` goes: beside it, with the
+/// same stem (`overhead-x.svg` → `overhead-x.png`).
+pub fn png_path(svg: &Path) -> PathBuf {
+    svg.with_extension("png")
 }
 
 /// The chart's area and, right of it, the legend's.
@@ -666,10 +687,10 @@ pub fn trace_labels(traces: &[String]) -> Vec<String> {
     labels
 }
 
-/// The files [`plot_all`] writes for these rows, in its order.
-pub fn file_names(rows: &[Row]) -> Vec<String> {
-    let traces = distinct(rows.iter().map(|r| r.trace.clone()));
-    let mut names: Vec<String> = trace_labels(&traces)
+/// The SVG charts [`plot_all`] draws for these traces, in its order: one
+/// per trace, then the comparison.
+fn svg_names(traces: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = trace_labels(traces)
         .iter()
         .map(|label| format!("overhead-{label}.svg"))
         .collect();
@@ -677,20 +698,40 @@ pub fn file_names(rows: &[Row]) -> Vec<String> {
     names
 }
 
-/// Every chart for a sweep's rows: one per trace, and the comparison.
+/// The files [`plot_all`] writes for a sweep of these traces (as the rows
+/// name them): each chart's SVG and, beside it, its PNG.
+pub fn chart_files(traces: &[String]) -> Vec<String> {
+    let mut names = Vec::new();
+    for svg in svg_names(traces) {
+        let png = png_path(Path::new(&svg)).display().to_string();
+        names.push(svg);
+        names.push(png);
+    }
+    names
+}
+
+/// The files [`plot_all`] writes for these rows.
+pub fn file_names(rows: &[Row]) -> Vec<String> {
+    chart_files(&distinct(rows.iter().map(|r| r.trace.clone())))
+}
+
+/// Every chart for a sweep's rows: one per trace, and the comparison, each
+/// as SVG and PNG. Returns the paths written.
 pub fn plot_all(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| plot_error(dir, e))?;
     let traces = distinct(rows.iter().map(|r| r.trace.clone()));
-    let names = file_names(rows);
+    let names = svg_names(&traces);
     let mut written = Vec::new();
-    for (trace, name) in traces.iter().zip(&names) {
+    for (i, name) in names.iter().enumerate() {
         let path = dir.join(name);
-        overhead_chart(rows, trace, &path)?;
+        match traces.get(i) {
+            Some(trace) => overhead_chart(rows, trace, &path)?,
+            None => comparison_chart(rows, &path)?,
+        }
+        let png = png_path(&path);
         written.push(path);
+        written.push(png);
     }
-    let path = dir.join("policies.svg");
-    comparison_chart(rows, &path)?;
-    written.push(path);
     Ok(written)
 }
 

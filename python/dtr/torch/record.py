@@ -11,7 +11,7 @@ steps into a dtr trace with :func:`dtr.torch.record`; replay it with
                         a causal or masked language-model head when NAME has one
   MODULE:FACTORY        ``FACTORY()`` returns an nn.Module taking an image batch
 
-for example ``--model transformers:gpt2 --config n_layer=4,n_embd=256``.
+for example ``--model transformers:gpt2 --config n_layer=4,n_embd=256,n_head=4``.
 (Import the function as ``from dtr.torch import record``.)
 """
 
