@@ -446,9 +446,13 @@ fn write_aside(path: &Path, contents: &[u8]) -> Result<tempfile::NamedTempFile> 
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    let mut aside = tempfile::Builder::new()
-        .prefix(".dtr-")
-        .suffix(".tmp")
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".dtr-").suffix(".tmp");
+    // A temporary file is private (0600) by default; what it becomes is an
+    // ordinary output, readable as the user's umask allows.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut aside = builder
         .tempfile_in(dir)
         .map_err(|e| Error::file(path, e))?;
     aside
@@ -614,4 +618,22 @@ pub fn summary(rows: &[Row]) -> String {
         out.push_str(&format!("| {trace} | {policy} | {ratio} |\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn atomic_outputs_get_an_ordinary_files_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (atomic, plain) = (dir.path().join("a.json"), dir.path().join("b.json"));
+        write_atomic(&atomic, b"{}").unwrap();
+        std::fs::write(&plain, b"{}").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&atomic), mode(&plain));
+        assert_eq!(std::fs::read(&atomic).unwrap(), b"{}");
+    }
 }
