@@ -143,6 +143,7 @@ impl SwapConfig {
         (bytes as f64 * 1e9 / self.bandwidth).ceil() as u64
     }
 
+    /// Checks that the bandwidth is a positive, finite number.
     pub fn validate(&self) -> Result<()> {
         if self.bandwidth.is_finite() && self.bandwidth > 0.0 {
             Ok(())
@@ -228,11 +229,13 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The memory budget.
     pub fn with_budget(mut self, budget: Budget) -> Config {
         self.budget = budget;
         self
     }
 
+    /// A budget of `budget_bytes` bytes.
     pub fn with_budget_bytes(self, budget_bytes: u64) -> Config {
         self.with_budget(Budget::Bytes(budget_bytes))
     }
@@ -243,40 +246,48 @@ impl Config {
         self.with_budget(Budget::Ratio(fraction))
     }
 
+    /// No budget: nothing is evicted but what eager eviction drops.
     pub fn unbounded(self) -> Config {
         self.with_budget(Budget::Unbounded)
     }
 
+    /// The eviction heuristic, by name (`dtr heuristics` lists them).
     pub fn with_heuristic(mut self, name: impl Into<String>) -> Config {
         self.heuristic = name.into();
         self
     }
 
+    /// See [`Config::eager_eviction`].
     pub fn with_eager_eviction(mut self, eager: bool) -> Config {
         self.eager_eviction = eager;
         self
     }
 
+    /// See [`Config::retain_history`].
     pub fn with_retained_history(mut self, retain: bool) -> Config {
         self.retain_history = retain;
         self
     }
 
+    /// See [`Config::remat_limit`].
     pub fn with_remat_limit(mut self, limit: u64) -> Config {
         self.remat_limit = Some(limit);
         self
     }
 
+    /// See [`Config::memory`].
     pub fn with_memory(mut self, memory: MemoryModel) -> Config {
         self.memory = memory;
         self
     }
 
+    /// See [`Config::sampling`].
     pub fn with_sampling(mut self, sampling: Sampling) -> Config {
         self.sampling = sampling;
         self
     }
 
+    /// See [`Config::seed`].
     pub fn with_seed(mut self, seed: u64) -> Config {
         self.seed = seed;
         self
@@ -289,26 +300,31 @@ impl Config {
             .with_lock_relaxation(!follow)
     }
 
+    /// See [`Config::lock_relaxation`].
     pub fn with_lock_relaxation(mut self, relax: bool) -> Config {
         self.lock_relaxation = relax;
         self
     }
 
+    /// See [`Config::remat_memory_guard`].
     pub fn with_remat_memory_guard(mut self, guard: bool) -> Config {
         self.remat_memory_guard = guard;
         self
     }
 
+    /// How evicted storages come back: recomputed, or from host copies.
     pub fn with_restore(mut self, restore: RestoreMode) -> Config {
         self.restore = restore;
         self
     }
 
+    /// The copy queue and host memory used when swapping.
     pub fn with_swap(mut self, swap: SwapConfig) -> Config {
         self.swap = swap;
         self
     }
 
+    /// See [`Config::record_events`].
     pub fn with_events(mut self, record: bool) -> Config {
         self.record_events = record;
         self

@@ -452,9 +452,7 @@ fn write_aside(path: &Path, contents: &[u8]) -> Result<tempfile::NamedTempFile> 
     // ordinary output, readable as the user's umask allows.
     #[cfg(unix)]
     builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let mut aside = builder
-        .tempfile_in(dir)
-        .map_err(|e| Error::file(path, e))?;
+    let mut aside = builder.tempfile_in(dir).map_err(|e| Error::file(path, e))?;
     aside
         .write_all(contents)
         .and_then(|()| aside.as_file().sync_all())

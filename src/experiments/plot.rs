@@ -752,7 +752,9 @@ fn memory_unit(largest_bytes: f64) -> (f64, &'static str) {
 /// shaded bands, and a note at the peak (the op that reached it).
 #[derive(Debug, Clone, Default)]
 pub struct TimelineNotes {
+    /// Forward, backward and optimizer stretches, drawn as bands.
     pub phases: Vec<Phase>,
+    /// The op at the peak, written beside it.
     pub peak: Option<String>,
 }
 

@@ -66,15 +66,20 @@ pub struct Interpreter<B: Backend> {
 /// the allocator's view (bytes are then counted as allocated, aligned).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryReport {
+    /// Bytes held by resident storages now.
     pub in_use_bytes: u64,
+    /// The most bytes held at once so far.
     pub peak_bytes: u64,
+    /// The budget, if any.
     pub budget_bytes: Option<u64>,
     /// The most bytes held at once by resident storages that cannot be
     /// recomputed (puts, detached tensors).
     pub constant_peak_bytes: u64,
     /// Bytes of host copies (swap) now, and at most so far.
     pub host_bytes: u64,
+    /// The most bytes of host copies held at once so far.
     pub host_peak_bytes: u64,
+    /// The arena's own report, in arena memory.
     pub arena: Option<crate::memory::ArenaReport>,
 }
 
@@ -420,6 +425,7 @@ impl<B: Backend> Interpreter<B> {
         self.config.budget = budget_bytes.into();
     }
 
+    /// The shape of a tensor the user holds.
     pub fn dims(&self, tensor: TensorId) -> Result<&[usize]> {
         Ok(&self.live_tensor(tensor)?.layout.dims)
     }
@@ -436,6 +442,7 @@ impl<B: Backend> Interpreter<B> {
         Ok(self.graph.storages[storage].tensors[0] != tensor)
     }
 
+    /// Memory in use, its peak and the budget now.
     pub fn memory(&self) -> MemoryReport {
         let counter = self.table.counter();
         let (host_bytes, host_peak_bytes) = self.table.host_bytes();
@@ -450,10 +457,12 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
+    /// The configuration, with a ratio budget resolved to bytes.
     pub fn config(&self) -> &Config {
         &self.config
     }
 
+    /// What the run has done so far.
     pub fn stats(&self) -> &Stats {
         &self.observers.stats
     }
@@ -478,10 +487,12 @@ impl<B: Backend> Interpreter<B> {
         &self.graph
     }
 
+    /// The eviction heuristic's name.
     pub fn heuristic_name(&self) -> &'static str {
         self.heuristic_name
     }
 
+    /// The backend the ops run on.
     pub fn backend(&self) -> &B {
         &self.backend
     }

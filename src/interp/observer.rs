@@ -30,55 +30,97 @@ pub enum TensorInstruction {
 /// the event, where observers look up what they need (op names, sizes).
 #[derive(Debug, Clone, Copy)]
 pub enum RunEvent<'a> {
-    /// The program put a tensor (`data` when the values are known).
+    /// The program put a tensor.
     Put {
+        /// The new tensor.
         tensor: TensorId,
+        /// Bytes it takes.
         bytes: u64,
+        /// Its shape; empty for an opaque put, whose values are unknown.
         dims: &'a [usize],
+        /// Its values, when known.
         data: Option<&'a [f32]>,
     },
     /// The program applied `node`'s op; it ran and its outputs are defined.
     Apply {
+        /// The op's node in the graph.
         node: NodeId,
+        /// The tensors it read.
         inputs: &'a [TensorId],
+        /// The handles it returned, one per output.
         outputs: &'a [TensorId],
     },
     /// The program gave an instruction on one tensor, which succeeded.
     Instruction {
+        /// Which instruction.
         instruction: TensorInstruction,
+        /// The tensor it named.
         tensor: TensorId,
     },
-    /// The backend ran `node`'s op, for the program or (`rematerializing`)
-    /// to restore an evicted tensor, the first of which is `restored`.
+    /// The backend ran `node`'s op.
     Ran {
+        /// The op's node in the graph.
         node: NodeId,
+        /// What running it cost (cost units).
         cost: u64,
+        /// Run again to restore an evicted tensor, not for the program.
         rematerializing: bool,
+        /// The first evicted tensor it restored, if any.
         restored: Option<TensorId>,
     },
-    /// A storage was evicted: by the policy (with the victim's `score` when
-    /// the policy has one) or (`eager`) because its handles were dropped;
-    /// `to_host` when it can come back from a host copy.
+    /// A storage was evicted.
     Evicted {
+        /// The storage (still in the graph, no longer resident).
         storage: StorageId,
+        /// Bytes freed.
         bytes: u64,
+        /// The victim's score, when a policy with scores chose it.
         score: Option<f64>,
+        /// Evicted because its handles were dropped, not to make room.
         eager: bool,
+        /// It can come back from a host copy instead of being recomputed.
         to_host: bool,
     },
-    /// An op got room only by unlocking `surrendered` inputs of pending
+    /// An op got room only by unlocking inputs of pending
     /// rematerialisations (see [`crate::Config::lock_relaxation`]).
-    LocksRelaxed { node: NodeId, surrendered: usize },
+    LocksRelaxed {
+        /// The op that needed the room.
+        node: NodeId,
+        /// How many locked inputs were given up.
+        surrendered: usize,
+    },
     /// A copy of a storage was written to host memory.
-    HostCopied { storage: StorageId, bytes: u64 },
+    HostCopied {
+        /// The storage copied.
+        storage: StorageId,
+        /// Its size.
+        bytes: u64,
+    },
     /// An evicted storage came back from its host copy.
-    SwappedIn { storage: StorageId, bytes: u64 },
-    /// Compute waited `cost` units for the copy queue.
-    Stalled { cost: u64 },
-    /// Restoring evicted storages has cost more than the thrash limit.
-    Thrashing { restore_cost: u64, limit: u64 },
-    /// No eviction could make room; the instruction fails with `error`.
-    OutOfMemory { error: &'a Error },
+    SwappedIn {
+        /// The storage restored.
+        storage: StorageId,
+        /// Its size.
+        bytes: u64,
+    },
+    /// Compute waited for the copy queue.
+    Stalled {
+        /// How long (cost units).
+        cost: u64,
+    },
+    /// Restoring evicted storages has cost more than the thrash limit; the
+    /// instruction fails.
+    Thrashing {
+        /// Recomputation and swap stalls so far (cost units).
+        restore_cost: u64,
+        /// The limit ([`crate::Config::remat_limit`]).
+        limit: u64,
+    },
+    /// No eviction could make room; the instruction fails.
+    OutOfMemory {
+        /// The error the instruction returns.
+        error: &'a Error,
+    },
 }
 
 /// Follows a run's events. Install one with

@@ -33,7 +33,9 @@ pub(super) enum Schedule {
 /// room by lock relaxation asks again).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Reservation {
+    /// The storages evicted for it, by root tensor, in order.
     pub victims: Vec<TensorId>,
+    /// It failed even after evicting them.
     pub out_of_memory: bool,
 }
 
@@ -41,7 +43,9 @@ pub struct Reservation {
 /// allocation's lifetime, in the order they were made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanRecord {
+    /// Every reservation, in order.
     pub reservations: Vec<Reservation>,
+    /// Every allocation, in reservation steps.
     pub lifetimes: Vec<Lifetime>,
 }
 

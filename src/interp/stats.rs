@@ -62,11 +62,20 @@ pub enum Event {
     /// the victim's score when the policy has one, or (`eager`) because
     /// its handles were dropped.
     Evict {
+        /// The storage's root tensor.
         tensor: TensorId,
+        /// Bytes freed.
         bytes: u64,
+        /// Evicted because its handles were dropped, not to make room.
         eager: bool,
+        /// The victim's score, when a policy with scores chose it.
         score: Option<f64>,
     },
     /// An op was run again to recompute `tensor` (the first output it restored).
-    Rematerialize { tensor: TensorId, op: String },
+    Rematerialize {
+        /// The first evicted output the op restored.
+        tensor: TensorId,
+        /// The op's name.
+        op: String,
+    },
 }

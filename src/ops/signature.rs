@@ -84,6 +84,7 @@ impl OutputsInterner {
         self.set.len()
     }
 
+    /// Whether no outputs are held.
     pub fn is_empty(&self) -> bool {
         self.set.is_empty()
     }
@@ -121,6 +122,7 @@ impl From<SmallVec<[OutputSpec; 2]>> for Outputs {
 /// The checked outputs of an op applied to given inputs, and its cost.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Signature {
+    /// What each output is, in order.
     pub outputs: Outputs,
     /// Estimated compute cost (≥ 1): FLOPs, or elements touched for memory-bound ops.
     pub cost: u64,
@@ -692,11 +694,18 @@ mod tests {
             .unwrap();
         assert_eq!(m.outputs[0].layout.dims.as_slice(), &[5, 2, 4]);
         // Small: moving its 42 + 40 elements costs more than its 240 flops.
-        assert_eq!(m.cost, (5 * 2 * 3 + 3 * 4 + 5 * 2 * 4) * ELEMENT_TRAFFIC_COST);
+        assert_eq!(
+            m.cost,
+            (5 * 2 * 3 + 3 * 4 + 5 * 2 * 4) * ELEMENT_TRAFFIC_COST
+        );
         let big = Op::MatMul
             .signature(&[&c(&[256, 256]), &c(&[256, 256])])
             .unwrap();
-        assert_eq!(big.cost, 2 * 256 * 256 * 256, "large products cost their flops");
+        assert_eq!(
+            big.cost,
+            2 * 256 * 256 * 256,
+            "large products cost their flops"
+        );
         assert!(Op::MatMul.signature(&[&c(&[2, 3]), &c(&[4, 5])]).is_err());
         let conv = Op::Conv2d(Window2d::new(2, 1))
             .signature(&[&c(&[1, 3, 8, 8]), &c(&[4, 3, 3, 3])])

@@ -31,7 +31,9 @@ use crate::memory::{Block, Memory};
 /// What a policy may look at: the graph, and where storages sit in memory.
 #[derive(Clone, Copy)]
 pub struct PolicyView<'a> {
+    /// Tensors, storages and their compute history.
     pub graph: &'a Graph,
+    /// Bytes in use, and in arena memory where they sit.
     pub memory: &'a Memory,
     /// The block of every resident storage.
     pub blocks: &'a SecondaryMap<StorageId, Block>,
@@ -50,7 +52,9 @@ impl PolicyView<'_> {
 /// them (one candidate's, or a whole address range's).
 #[derive(Debug, Clone, Default)]
 pub struct Victims {
+    /// What to evict, in order.
     pub storages: SmallVec<[StorageId; 4]>,
+    /// The score that chose them, when the policy scores.
     pub score: Option<f64>,
 }
 
@@ -134,6 +138,7 @@ pub enum Usable {
 }
 
 impl Usable {
+    /// Where, in words, for `dtr heuristics`.
     pub fn describe(self) -> &'static str {
         match self {
             Usable::Everywhere => "everywhere",
@@ -146,9 +151,11 @@ impl Usable {
 /// One policy a run can name: its name, what it does, where it can be
 /// used, and (for heuristics) how to make it from the run's seed.
 pub struct PolicyEntry {
+    /// What runs and the CLI call it.
     pub name: &'static str,
     /// One line, for `dtr heuristics`.
     pub about: &'static str,
+    /// Where it can be named.
     pub usable: Usable,
     make: Option<MakeHeuristic>,
 }

@@ -8,6 +8,8 @@ use slotmap::SecondaryMap;
 
 use crate::graph::StorageId;
 
+/// The storages that may be evicted now (resident, recomputable, unlocked,
+/// unpinned), with their sizes, for scans and uniform random draws.
 #[derive(Debug, Default)]
 pub struct CandidatePool {
     /// Insertion order with holes left by removals, each with its size (so
@@ -19,14 +21,17 @@ pub struct CandidatePool {
 }
 
 impl CandidatePool {
+    /// An empty pool.
     pub fn new() -> CandidatePool {
         CandidatePool::default()
     }
 
+    /// How many candidates there are.
     pub fn len(&self) -> usize {
         self.members.len()
     }
 
+    /// Whether there is no candidate.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
@@ -36,6 +41,7 @@ impl CandidatePool {
         self.bytes
     }
 
+    /// Whether `storage` is a candidate.
     pub fn contains(&self, storage: StorageId) -> bool {
         self.members.contains_key(storage)
     }

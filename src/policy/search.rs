@@ -40,6 +40,7 @@ pub struct CandidateSearch {
 }
 
 impl CandidateSearch {
+    /// A search scoring as `sampling` says, its draws seeded by `seed`.
     pub fn new(sampling: Sampling, seed: u64) -> CandidateSearch {
         CandidateSearch {
             sampling,
