@@ -485,7 +485,7 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 
 /// `--timeline-out` writes the Chrome trace event format: op slices,
 /// rematerialisation slices, memory counters and eviction instants with
-/// the victim's size; it is checked before the replay like `--timeline`.
+/// the victim's size and score; it is checked before the replay like `--timeline`.
 #[test]
 fn replay_writes_a_chrome_trace_for_perfetto() {
     let dir = temp_dir("chrome");
@@ -524,6 +524,15 @@ fn replay_writes_a_chrome_trace_for_perfetto() {
     assert!(evictions
         .iter()
         .all(|e| e["args"]["bytes"].as_u64().is_some()));
+    // The policy's evictions carry the victim's score (null only when
+    // infinite: chosen for want of any other); eager ones have none.
+    let scored = |e: &&serde_json::Value| e["args"]["score"].as_f64().is_some_and(|s| s >= 0.0);
+    assert!(evictions
+        .iter()
+        .any(|e| e["args"]["eager"] == false && scored(e)));
+    assert!(evictions
+        .iter()
+        .all(|e| e["args"]["score"].is_null() || (e["args"]["eager"] == false && scored(e))));
     let counters = of("C", "");
     assert!(counters
         .iter()

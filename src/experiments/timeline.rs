@@ -95,7 +95,7 @@ impl Timeline {
 /// rematerialisations it needed as a distinct slice inside it with an
 /// instant per recomputed op, memory in use (and in arena mode the
 /// fragmentation) as counters, and each eviction as an instant event with
-/// the victim's size.
+/// the victim's size and score.
 ///
 /// The clock is compute: a slice lasts as many microseconds as the cost
 /// units it spent (the trace's `cost`, FLOPs or measured time), so long
