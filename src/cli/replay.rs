@@ -71,69 +71,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> dtr::Result<ExitCode> {
-    let Args {
-        trace,
-        format,
-        ratio,
-        budget,
-        heuristic,
-        memory,
-        sampling,
-        seed,
-        thrash_limit,
-        json,
-        timeline,
-        timeline_out,
-        no_suggest,
-        restore,
-        swap,
-        plan,
-    } = args;
-    if let Some(plan) = plan {
-        return super::plan::follow(&trace, format, &plan, json);
+    if let Some(plan) = &args.plan {
+        return super::plan::follow(&args.trace, args.format, plan, args.json);
     }
-    let spec = RunSpec {
-        policy: Policy::from(heuristic.as_str()),
-        budget: match (ratio, budget) {
-            (Some(ratio), _) => Budget::Ratio(ratio),
-            (None, Some(bytes)) => Budget::Bytes(bytes),
-            (None, None) => Budget::Unbounded,
-        },
-        memory,
-        sampling,
-        seed,
-        thrash_limit,
-        restore,
-        swap: swap.config(),
-    };
-    spec.validate()?;
-    if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {
-        return Err(dtr::Error::InvalidArgument(
-            "give --ratio or --budget".into(),
-        ));
-    }
-    for (flag, path) in [("--timeline", &timeline), ("--timeline-out", &timeline_out)] {
-        if path.is_some() && !spec.policy.takes_budget() {
-            return Err(dtr::Error::InvalidArgument(format!(
-                "{flag} follows a heuristic's run; `{heuristic}` is a static plan"
-            )));
-        }
-    }
-    if let Some(path) = &timeline {
-        timeline_is_csv(path, &trace)?;
-    }
-    if let Some(path) = &timeline_out {
-        check_output("--timeline-out", path, &[&trace], &["json"])?;
-        if timeline.as_ref().is_some_and(|t| super::same_file(t, path)) {
-            return Err(dtr::Error::file(
-                path,
-                "--timeline and --timeline-out name the same file",
-            ));
-        }
-    }
-    let workload = Workload::load(&trace, trace_format(format))?;
-    let mut samples = timeline.as_ref().map(|_| Timeline::new());
-    let mut chrome = timeline_out.as_ref().map(|_| ChromeTrace::new());
+    let spec = run_spec(&args)?;
+    check_outputs(&args, &spec)?;
+    let trace = &args.trace;
+    let workload = Workload::load(trace, trace_format(args.format))?;
+    let mut samples = args.timeline.as_ref().map(|_| Timeline::new());
+    let mut chrome = args.timeline_out.as_ref().map(|_| ChromeTrace::new());
     let outcome = spec.run_recording(&workload, chrome.is_some(), |index, dtr| {
         if let Some(samples) = samples.as_mut() {
             samples.observe(index, dtr);
@@ -146,28 +92,135 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
     // For a run that stopped: the smallest budget that completes, by the
     // bisection of `dtr fit`.
     let suggestion = match report_stopped(&outcome) {
-        true if spec.policy.takes_budget() && !no_suggest => Some(
+        true if spec.policy.takes_budget() && !args.no_suggest => Some(
             dtr::experiments::fit::smallest_ratio(&workload, &spec, 0.01)?,
         ),
         _ => None,
     };
-    let (base, report, arena) = (&workload.baseline, &outcome.report, outcome.arena);
-    let (budget, overhead) = (outcome.budget_bytes, outcome.overhead);
-    if json {
-        let object = json!({
+    let finished = Finished {
+        args: &args,
+        spec: &spec,
+        workload: &workload,
+        outcome: &outcome,
+        suggestion: suggestion.as_ref(),
+    };
+    if args.json {
+        println!("{}", finished.to_json());
+    } else {
+        finished.print();
+    }
+    // After the result is printed: a failed write loses only itself, and
+    // one failed output does not keep the other from being written.
+    let mut failed = None;
+    let budget = outcome.budget_bytes;
+    if let (Some(path), Some(samples), Some(budget)) = (&args.timeline, &samples, budget) {
+        if let Err(error) = write_timeline(path, samples, &workload, trace, &args.heuristic, budget)
+        {
+            failed = Some(error);
+        }
+    }
+    if let (Some(path), Some(chrome)) = (&args.timeline_out, &chrome) {
+        let about = json!({
             "trace": trace.display().to_string(),
+            "heuristic": args.heuristic,
+            "memory": spec.memory,
+            "budget_bytes": budget,
+            "status": outcome.report.status.as_str(),
+            "clock": "1 µs = 1 cost unit of the trace",
+        });
+        let written = dtr::experiments::write_atomic(path, chrome.to_json(about).as_bytes());
+        if let Err(error) = written {
+            failed.get_or_insert(error);
+        }
+    }
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    // The process ends once the result is out: its memory goes back to the
+    // system whole, faster than the trace's tables are freed one by one.
+    std::mem::forget(workload);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run the flags describe, validated.
+fn run_spec(args: &Args) -> dtr::Result<RunSpec> {
+    let spec = RunSpec {
+        policy: Policy::from(args.heuristic.as_str()),
+        budget: match (args.ratio, args.budget) {
+            (Some(ratio), _) => Budget::Ratio(ratio),
+            (None, Some(bytes)) => Budget::Bytes(bytes),
+            (None, None) => Budget::Unbounded,
+        },
+        memory: args.memory,
+        sampling: args.sampling,
+        seed: args.seed,
+        thrash_limit: args.thrash_limit,
+        restore: args.restore,
+        swap: args.swap.config(),
+    };
+    spec.validate()?;
+    if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {
+        return Err(dtr::Error::InvalidArgument(
+            "give --ratio or --budget".into(),
+        ));
+    }
+    Ok(spec)
+}
+
+/// Refuses side outputs that could not be written, before the run.
+fn check_outputs(args: &Args, spec: &RunSpec) -> dtr::Result<()> {
+    let (timeline, timeline_out) = (&args.timeline, &args.timeline_out);
+    for (flag, path) in [("--timeline", timeline), ("--timeline-out", timeline_out)] {
+        if path.is_some() && !spec.policy.takes_budget() {
+            return Err(dtr::Error::InvalidArgument(format!(
+                "{flag} follows a heuristic's run; `{}` is a static plan",
+                args.heuristic
+            )));
+        }
+    }
+    if let Some(path) = timeline {
+        timeline_is_csv(path, &args.trace)?;
+    }
+    if let Some(path) = timeline_out {
+        check_output("--timeline-out", path, &[&args.trace], &["json"])?;
+        if timeline.as_ref().is_some_and(|t| super::same_file(t, path)) {
+            return Err(dtr::Error::file(
+                path,
+                "--timeline and --timeline-out name the same file",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A finished replay, to report.
+struct Finished<'a> {
+    args: &'a Args,
+    spec: &'a RunSpec,
+    workload: &'a Workload,
+    outcome: &'a dtr::experiments::Outcome,
+    suggestion: Option<&'a dtr::experiments::fit::Fit>,
+}
+
+impl Finished<'_> {
+    fn to_json(&self) -> serde_json::Value {
+        let (spec, outcome, suggestion) = (self.spec, self.outcome, self.suggestion);
+        let (base, report, arena) = (&self.workload.baseline, &outcome.report, outcome.arena);
+        let completed = report.status == dtr::trace::replay::ReplayStatus::Ok;
+        json!({
+            "trace": self.args.trace.display().to_string(),
             "status": report.status.as_str(),
-            "heuristic": heuristic,
+            "heuristic": self.args.heuristic,
             "memory": spec.memory,
             "sampling": spec.sampling,
-            "seed": seed,
-            "budget_bytes": budget,
+            "seed": spec.seed,
+            "budget_bytes": outcome.budget_bytes,
             "baseline_peak_bytes": base.peak_bytes,
             "baseline_compute": base.compute,
             "compute": report.stats.compute,
             // Only a completed run has an overhead; a stopped one says where it stopped.
-            "overhead": (report.status == dtr::trace::replay::ReplayStatus::Ok).then_some(overhead),
-            "overhead_at_stop": (report.status != dtr::trace::replay::ReplayStatus::Ok).then_some(overhead),
+            "overhead": completed.then_some(outcome.overhead),
+            "overhead_at_stop": (!completed).then_some(outcome.overhead),
             "remat_compute": report.stats.remat_compute,
             "peak_bytes": report.peak_bytes,
             "evictions": report.stats.evictions,
@@ -180,20 +233,24 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "host_peak_bytes": outcome.host_peak_bytes,
             "wall_seconds": report.wall_seconds,
             "message": report.message,
-            "suggested_ratio": suggestion.as_ref().and_then(|f| f.ratio),
-            "suggested_budget_bytes": suggestion.as_ref().and_then(|f| f.budget_bytes),
+            "suggested_ratio": suggestion.and_then(|f| f.ratio),
+            "suggested_budget_bytes": suggestion.and_then(|f| f.budget_bytes),
             "fragmentation": arena.map(|a| a.fragmentation),
             "largest_free_bytes": arena.map(|a| a.largest_free_bytes),
             "free_blocks": arena.map(|a| a.free_blocks),
-        });
-        println!("{object}");
-    } else {
+        })
+    }
+
+    fn print(&self) {
+        let (spec, outcome) = (self.spec, self.outcome);
+        let (base, report, arena) = (&self.workload.baseline, &outcome.report, outcome.arena);
+        let heuristic = &self.args.heuristic;
         println!(
             "{}: {} with `{heuristic}`",
-            trace.display(),
+            self.args.trace.display(),
             report.status.as_str()
         );
-        match budget {
+        match outcome.budget_bytes {
             Some(budget) => println!(
                 "  budget          {} ({:.3} of the {} baseline peak)",
                 human(budget),
@@ -207,14 +264,14 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             ),
         }
         println!("  peak            {}", human(report.peak_bytes));
-        let overhead_name = if report_stopped(&outcome) {
+        let overhead_name = if report_stopped(outcome) {
             "overhead so far"
         } else {
             "overhead"
         };
         println!(
-            "  {overhead_name:<15} {overhead:.4} ({} of {} compute units recomputed)",
-            report.stats.remat_compute, base.compute
+            "  {overhead_name:<15} {:.4} ({} of {} compute units recomputed)",
+            outcome.overhead, report.stats.remat_compute, base.compute
         );
         println!("  evictions       {}", report.stats.evictions);
         println!("  remats          {}", report.stats.rematerializations);
@@ -237,7 +294,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         if let Some(message) = &report.message {
             println!("  stopped         {message}");
         }
-        if let Some(fit) = &suggestion {
+        if let Some(fit) = self.suggestion {
             match (fit.ratio, fit.budget_bytes) {
                 (Some(ratio), Some(bytes)) => println!(
                     "  to complete     give --budget {bytes} ({}) or --ratio {ratio:.3}: \
@@ -247,40 +304,12 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 ),
                 _ => println!(
                     "  to complete     no budget up to the unbounded peak completes within \
-                     --thrash-limit {thrash_limit}; raise the limit"
+                     --thrash-limit {}; raise the limit",
+                    spec.thrash_limit
                 ),
             }
         }
     }
-    // After the result is printed: a failed write loses only itself, and
-    // one failed output does not keep the other from being written.
-    let mut failed = None;
-    if let (Some(path), Some(samples), Some(budget)) = (&timeline, &samples, budget) {
-        if let Err(error) = write_timeline(path, samples, &workload, &trace, &heuristic, budget) {
-            failed = Some(error);
-        }
-    }
-    if let (Some(path), Some(chrome)) = (&timeline_out, &chrome) {
-        let about = json!({
-            "trace": trace.display().to_string(),
-            "heuristic": heuristic,
-            "memory": spec.memory,
-            "budget_bytes": budget,
-            "status": report.status.as_str(),
-            "clock": "1 µs = 1 cost unit of the trace",
-        });
-        let written = dtr::experiments::write_atomic(path, chrome.to_json(about).as_bytes());
-        if let Err(error) = written {
-            failed.get_or_insert(error);
-        }
-    }
-    if let Some(error) = failed {
-        return Err(error);
-    }
-    // The process ends once the result is out: its memory goes back to the
-    // system whole, faster than the trace's tables are freed one by one.
-    std::mem::forget(workload);
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Whether the run stopped before the trace's end.
