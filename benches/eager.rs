@@ -2,147 +2,158 @@
 //! the eager `Tensor` API on the data-free simulator (no kernels, no
 //! eviction), and an eager training step with and without a budget.
 //!
-//! `cargo bench --bench eager`
+//! `cargo bench --bench eager` (any divan flag after `--`, such as a name
+//! filter).
 
-use std::time::Instant;
+use std::sync::OnceLock;
 
-use dtr::eager::{nn, optim, Session};
-use dtr::{Config, CpuBackend, Interpreter, Op, ScalarOp, SimulatorBackend};
+use divan::Bencher;
+use dtr::eager::{nn, optim, Session, Tensor};
+use dtr::{Config, CpuBackend, Interpreter, Op, ScalarOp, SimulatorBackend, TensorId};
 
-const OPS: usize = 200_000;
+fn main() {
+    divan::main();
+}
 
-/// Nanoseconds per `apply_op` + `del` of a small elementwise op, unbounded.
-/// `chain`: each op consumes the previous result, so every dropped tensor
-/// stays as history of the live one (the graph grows by one node per op;
-/// with eager eviction each `del` also evicts). Otherwise every op reads the
-/// same put and its result is freed outright. `live` more tensors (a put
-/// and a chain of the op from it, eviction candidates all) are held
-/// throughout, so the cost can be seen not to grow with their number.
-fn interpreter_ns_per_op(chain: bool, eager_eviction: bool, live: usize) -> f64 {
+/// Tensors held throughout, eviction candidates all: the cost per op must
+/// not grow with their number.
+const LIVE: [usize; 2] = [0, 1_000_000];
+
+fn add_one() -> Op {
+    Op::Scalar {
+        op: ScalarOp::Add,
+        value: 1.0,
+    }
+}
+
+/// An interpreter on the simulator holding `live` tensors (a put and a
+/// chain from it), and a put of its own for the benched ops to read.
+fn interpreter(eager_eviction: bool, live: usize) -> (Interpreter<SimulatorBackend>, TensorId) {
     let config = Config::default().with_eager_eviction(eager_eviction);
     let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
     let x = dtr.put(&[0.0; 16], &[16]).unwrap();
-    let op = Op::Scalar {
-        op: ScalarOp::Add,
-        value: 1.0,
-    };
-    // A chain of their own, so that `x` keeps its few readers.
-    let mut held = Vec::with_capacity(live);
-    if live > 0 {
-        held.push(dtr.put(&[0.0; 16], &[16]).unwrap());
-    }
-    while held.len() < live {
-        let last = *held.last().expect("not empty");
-        held.push(dtr.apply1(op.clone(), &[last]).unwrap());
+    let mut last = None;
+    for _ in 0..live {
+        last = Some(match last {
+            None => dtr.put(&[0.0; 16], &[16]).unwrap(),
+            Some(previous) => dtr.apply1(add_one(), &[previous]).unwrap(),
+        });
     }
     assert_eq!(dtr.tracked_tensors(), live + 1);
-    let started = Instant::now();
-    let mut previous = dtr.apply1(op.clone(), &[x]).unwrap();
-    for _ in 1..OPS {
-        let next = dtr
-            .apply1(op.clone(), &[if chain { previous } else { x }])
-            .unwrap();
+    (dtr, x)
+}
+
+/// `apply_op` + `del` of a small elementwise op reading one put: each
+/// result is freed at once.
+#[divan::bench(args = LIVE)]
+fn interpreter_op_freed_at_once(bencher: Bencher, live: usize) {
+    let (mut dtr, x) = interpreter(true, live);
+    bencher.bench_local(|| {
+        let y = dtr.apply1(add_one(), &[x]).unwrap();
+        dtr.del(y).unwrap();
+    });
+}
+
+/// `apply_op` + `del` along a chain: each dropped tensor stays as history
+/// of the live one (the graph grows by a node per op); with
+/// `eager_eviction` each `del` also evicts.
+fn chain(bencher: Bencher, eager_eviction: bool, live: usize) {
+    let (mut dtr, x) = interpreter(eager_eviction, live);
+    let mut previous = dtr.apply1(add_one(), &[x]).unwrap();
+    bencher.bench_local(|| {
+        let next = dtr.apply1(add_one(), &[previous]).unwrap();
         dtr.del(previous).unwrap();
         previous = next;
-    }
-    let ns = started.elapsed().as_secs_f64() * 1e9 / OPS as f64;
-    drop(held);
-    ns
+    });
 }
 
-/// Nanoseconds per eager op (handle bookkeeping and drop included), with
-/// and without autograd recording.
-fn eager_ns_per_op(grad: bool) -> f64 {
+#[divan::bench(args = LIVE)]
+fn interpreter_op_chain_kept_as_history(bencher: Bencher, live: usize) {
+    chain(bencher, false, live);
+}
+
+#[divan::bench(args = LIVE)]
+fn interpreter_op_chain_with_eager_eviction(bencher: Bencher, live: usize) {
+    chain(bencher, true, live);
+}
+
+/// An eager `Tensor` op (handle bookkeeping and drop included), with or
+/// without recording autograd.
+#[divan::bench(args = [false, true])]
+fn eager_tensor_op(bencher: Bencher, recording_autograd: bool) {
     let session = Session::new(SimulatorBackend::new(), Config::default()).unwrap();
     let x = session.param(&[0.0; 16], &[16]).unwrap().value();
-    let run = || {
-        let started = Instant::now();
-        let mut t = x.add_scalar(1.0).unwrap();
-        for _ in 1..OPS / 10 {
-            t = t.add_scalar(1.0).unwrap();
-        }
-        drop(t);
-        started.elapsed().as_secs_f64() * 1e9 / (OPS / 10) as f64
-    };
-    if grad {
-        run()
+    let mut t: Tensor<SimulatorBackend> = x.add_scalar(1.0).unwrap();
+    let run = || bencher.bench_local(|| t = t.add_scalar(1.0).unwrap());
+    if recording_autograd {
+        run();
     } else {
-        session.no_grad(run)
+        session.no_grad(run);
     }
 }
 
-/// Seconds for `steps` MLP training steps on the CPU, under `budget`.
-fn mlp_steps(budget: Option<u64>, steps: usize) -> (f64, u64) {
-    let config = Config {
-        budget: budget.into(),
-        ..Config::default().with_heuristic("dtr-eq")
-    };
-    let s = Session::new(CpuBackend::new(), config).unwrap();
-    let mut rng = s.rng(0);
-    let (batch, width, depth) = (512, 128, 12);
-    let x = s
-        .tensor(&vec![0.5; batch * width], &[batch, width])
-        .unwrap();
-    let y = s.tensor(&vec![1.0; batch], &[batch]).unwrap();
-    let layers: Vec<_> = (0..depth)
-        .map(|_| nn::Linear::new(&s, width, width, &mut rng).unwrap())
-        .collect();
-    let params: Vec<_> = layers.iter().flat_map(nn::Linear::params).collect();
-    let sgd = optim::Sgd::new(0.01);
-    let started = Instant::now();
-    for _ in 0..steps {
-        let mut h = x.clone();
-        for layer in &layers {
+const BATCH: usize = 512;
+const WIDTH: usize = 128;
+const DEPTH: usize = 12;
+
+/// An MLP (12 × Linear(128), batch 512, SGD) on the CPU backend.
+struct Mlp {
+    session: Session<CpuBackend>,
+    x: Tensor<CpuBackend>,
+    y: Tensor<CpuBackend>,
+    layers: Vec<nn::Linear<CpuBackend>>,
+}
+
+impl Mlp {
+    fn new(budget: Option<u64>) -> Mlp {
+        let config = Config {
+            budget: budget.into(),
+            ..Config::default().with_heuristic("dtr-eq")
+        };
+        let session = Session::new(CpuBackend::new(), config).unwrap();
+        let mut rng = session.rng(0);
+        let x = session
+            .tensor(&vec![0.5; BATCH * WIDTH], &[BATCH, WIDTH])
+            .unwrap();
+        let y = session.tensor(&vec![1.0; BATCH], &[BATCH]).unwrap();
+        let layers = (0..DEPTH)
+            .map(|_| nn::Linear::new(&session, WIDTH, WIDTH, &mut rng).unwrap())
+            .collect();
+        Mlp {
+            session,
+            x,
+            y,
+            layers,
+        }
+    }
+
+    fn step(&self) {
+        let params: Vec<_> = self.layers.iter().flat_map(nn::Linear::params).collect();
+        let mut h = self.x.clone();
+        for layer in &self.layers {
             h = layer.forward(&h).unwrap().relu().unwrap();
         }
-        let loss = h.cross_entropy(&y).unwrap();
-        loss.backward().unwrap();
-        sgd.step(&params).unwrap();
+        h.cross_entropy(&self.y).unwrap().backward().unwrap();
+        optim::Sgd::new(0.01).step(&params).unwrap();
     }
-    (started.elapsed().as_secs_f64(), s.memory().peak_bytes)
 }
 
-fn main() {
-    println!("| what | ns per op | with 10⁶ live tensors |");
-    println!("|---|---:|---:|");
-    for (what, chain, eager) in [
-        (
-            "interpreter apply + del, freed at once (simulator)",
-            false,
-            true,
-        ),
-        (
-            "interpreter apply + del, chain kept as history (simulator)",
-            true,
-            false,
-        ),
-        (
-            "interpreter apply + del, chain with eager eviction (simulator)",
-            true,
-            true,
-        ),
-    ] {
-        println!(
-            "| {what} | {:.0} | {:.0} |",
-            interpreter_ns_per_op(chain, eager, 0),
-            interpreter_ns_per_op(chain, eager, 1_000_000)
-        );
-    }
-    println!(
-        "| eager Tensor op, no grad (simulator) | {:.0} | |",
-        eager_ns_per_op(false)
-    );
-    println!(
-        "| eager Tensor op, recording autograd (simulator) | {:.0} | |",
-        eager_ns_per_op(true)
-    );
-    let (unbounded, peak) = mlp_steps(None, 5);
-    let (half, _) = mlp_steps(Some(peak / 2), 5);
-    println!();
-    println!(
-        "eager MLP step (12 × 128, batch 512, CPU): {:.1} ms unbounded, {:.1} ms under half its peak ({:.2}×)",
-        unbounded * 200.0,
-        half * 200.0,
-        half / unbounded
-    );
+/// The MLP's unbounded peak, from two steps.
+fn mlp_peak() -> u64 {
+    static PEAK: OnceLock<u64> = OnceLock::new();
+    *PEAK.get_or_init(|| {
+        let mlp = Mlp::new(None);
+        mlp.step();
+        mlp.step();
+        mlp.session.memory().peak_bytes
+    })
+}
+
+/// One training step, unbounded (1.0) and under half the unbounded peak.
+#[divan::bench(args = [1.0, 0.5], sample_count = 10, sample_size = 1)]
+fn mlp_training_step(bencher: Bencher, budget_ratio: f64) {
+    let budget = (budget_ratio < 1.0).then(|| (budget_ratio * mlp_peak() as f64) as u64);
+    let mlp = Mlp::new(budget);
+    mlp.step(); // the first step allocates the optimiser's state
+    bencher.bench_local(|| mlp.step());
 }
