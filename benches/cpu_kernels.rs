@@ -1,13 +1,26 @@
-//! The CPU backend's kernels at the sizes the examples use, on 1 thread and
-//! on more: microseconds per op for elementwise maps, broadcasting adds,
-//! reductions, softmax and matmuls. The serial/parallel size thresholds in
-//! `src/backend/cpu/parallel.rs` and `matmul.rs` were read off this table.
+//! The CPU backend's kernels at the sizes the examples use, each on one
+//! thread (`1`) and on all cores (`0`): elementwise maps, broadcasting adds,
+//! reductions, softmax and matmuls, each op's result freed at once. The
+//! serial/parallel size thresholds in `src/backend/cpu/parallel.rs` and
+//! `matmul.rs` were read off this table.
 //!
-//! `cargo bench --bench cpu_kernels` (add `-- 4` to compare 1 and 4 threads)
+//! `cargo bench --bench cpu_kernels` (any divan flag after `--`, such as a
+//! name filter: `-- softmax`).
 
-use std::time::Instant;
+use std::fmt;
 
-use dtr::{BinaryOp, Config, CpuBackend, Interpreter, Op, TensorId, UnaryOp};
+use divan::Bencher;
+use dtr::{BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, TensorId, UnaryOp};
+
+fn main() {
+    divan::main();
+}
+
+/// Thread counts compared: 1, and 0 for all cores (the backend's default).
+const THREADS: [usize; 2] = [1, 0];
+
+/// Elements per operand of the elementwise cases, as `[n / 64, 64]`.
+const ELEMENTS: [usize; 7] = [8_192, 16_384, 32_768, 65_536, 131_072, 262_144, 1 << 20];
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
@@ -17,11 +30,12 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-/// Microseconds per op: the best of 5 rounds of `reps` ops.
-type Run = dyn Fn(&mut Interpreter<CpuBackend>, &[TensorId]) -> TensorId;
-
-fn micros(threads: usize, shapes: &[&[usize]], op: &Run) -> f64 {
-    let backend = CpuBackend::with_threads(threads).unwrap();
+/// Times `op` on puts of `shapes` on a backend of `threads` threads.
+fn bench_op(bencher: Bencher, threads: usize, shapes: &[&[usize]], op: Op) {
+    let backend = match threads {
+        0 => CpuBackend::new(),
+        n => CpuBackend::with_threads(n).unwrap(),
+    };
     let mut dtr = Interpreter::new(backend, Config::default()).unwrap();
     let inputs: Vec<TensorId> = shapes
         .iter()
@@ -31,102 +45,67 @@ fn micros(threads: usize, shapes: &[&[usize]], op: &Run) -> f64 {
             dtr.put(&values(n, i as u32), dims).unwrap()
         })
         .collect();
-    let work: usize = shapes.iter().map(|d| d.iter().product::<usize>()).sum();
-    let reps = (20_000_000 / work.max(1)).clamp(5, 2000);
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let started = Instant::now();
-        for _ in 0..reps {
-            let out = op(&mut dtr, &inputs);
-            dtr.del(out).unwrap();
-        }
-        best = best.min(started.elapsed().as_secs_f64() / reps as f64);
-    }
-    best * 1e6
+    bencher.bench_local(|| {
+        let out = dtr.apply1(op.clone(), &inputs).unwrap();
+        dtr.del(out).unwrap();
+    });
 }
 
-fn main() {
-    let threads: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or_else(|| CpuBackend::new().threads());
-    let cases: Vec<(&str, Box<Run>)> = vec![
-        (
-            "relu",
-            Box::new(|d, x| d.apply1(Op::Unary(UnaryOp::Relu), &x[..1]).unwrap()),
-        ),
-        (
-            "gelu",
-            Box::new(|d, x| d.apply1(Op::Unary(UnaryOp::Gelu), &x[..1]).unwrap()),
-        ),
-        (
-            "add",
-            Box::new(|d, x| d.apply1(Op::Binary(BinaryOp::Add), x).unwrap()),
-        ),
-        (
-            "softmax",
-            Box::new(|d, x| d.apply1(Op::Softmax { axis: -1 }, &x[..1]).unwrap()),
-        ),
-        (
-            "sum(0)",
-            Box::new(|d, x| {
-                let op = Op::Reduce {
-                    op: dtr::ReduceOp::Sum,
-                    axis: 0,
-                    keepdim: false,
-                };
-                d.apply1(op, &x[..1]).unwrap()
-            }),
-        ),
-    ];
-    println!("µs per op, 1 thread vs {threads} threads");
-    println!(
-        "{:<10} {:>9} {:>10} {:>10} {:>7}",
-        "op",
-        "elements",
-        "1 thread",
-        format!("{threads} threads"),
-        "speedup"
-    );
-    for (name, op) in &cases {
-        for n in [
-            8_192usize,
-            16_384,
-            32_768,
-            65_536,
-            131_072,
-            262_144,
-            1 << 20,
-        ] {
-            let dims: &[usize] = &[n / 64, 64];
-            let shapes = [dims, dims];
-            let (one, many) = (
-                micros(1, &shapes, op.as_ref()),
-                micros(threads, &shapes, op.as_ref()),
-            );
-            println!(
-                "{name:<10} {n:>9} {one:>10.1} {many:>10.1} {:>7.2}",
-                one / many
-            );
-        }
+fn elementwise(bencher: Bencher, threads: usize, elements: usize, arity: usize, op: Op) {
+    let dims: &[usize] = &[elements / 64, 64];
+    bench_op(bencher, threads, &vec![dims; arity], op);
+}
+
+#[divan::bench(consts = THREADS, args = ELEMENTS)]
+fn relu<const T: usize>(bencher: Bencher, elements: usize) {
+    elementwise(bencher, T, elements, 1, Op::Unary(UnaryOp::Relu));
+}
+
+#[divan::bench(consts = THREADS, args = ELEMENTS)]
+fn gelu<const T: usize>(bencher: Bencher, elements: usize) {
+    elementwise(bencher, T, elements, 1, Op::Unary(UnaryOp::Gelu));
+}
+
+#[divan::bench(consts = THREADS, args = ELEMENTS)]
+fn add<const T: usize>(bencher: Bencher, elements: usize) {
+    elementwise(bencher, T, elements, 2, Op::Binary(BinaryOp::Add));
+}
+
+#[divan::bench(consts = THREADS, args = ELEMENTS)]
+fn softmax<const T: usize>(bencher: Bencher, elements: usize) {
+    elementwise(bencher, T, elements, 1, Op::Softmax { axis: -1 });
+}
+
+#[divan::bench(consts = THREADS, args = ELEMENTS)]
+fn sum_over_rows<const T: usize>(bencher: Bencher, elements: usize) {
+    let op = Op::Reduce {
+        op: ReduceOp::Sum,
+        axis: 0,
+        keepdim: false,
+    };
+    elementwise(bencher, T, elements, 1, op);
+}
+
+/// A product `[m, k] x [k, n]`.
+#[derive(Clone, Copy)]
+struct Product(usize, usize, usize);
+
+impl fmt::Display for Product {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Product(m, k, n) = *self;
+        write!(f, "{m}x{k}x{n} ({} Mflop)", 2 * m * k * n / 1_000_000)
     }
-    println!("\nmatmul [m, k] x [k, n]");
-    for (m, k, n) in [
-        (1024, 32, 32),
-        (1024, 32, 128),
-        (1024, 128, 32),
-        (1024, 128, 128),
-        (256, 256, 256),
-        (64, 64, 64),
-    ] {
-        let op = |d: &mut Interpreter<CpuBackend>, x: &[TensorId]| d.apply1(Op::MatMul, x).unwrap();
-        let shapes: [&[usize]; 2] = [&[m, k], &[k, n]];
-        let (one, many) = (micros(1, &shapes, &op), micros(threads, &shapes, &op));
-        let flops = 2 * m * k * n;
-        println!(
-            "{:<22} {flops:>9} flops {one:>8.1} {many:>8.1} {:>7.2}",
-            format!("{m}x{k}x{n}"),
-            one / many
-        );
-    }
+}
+
+#[divan::bench(consts = THREADS, args = [
+    Product(1024, 32, 32),
+    Product(1024, 32, 128),
+    Product(1024, 128, 32),
+    Product(1024, 128, 128),
+    Product(256, 256, 256),
+    Product(64, 64, 64),
+])]
+fn matmul<const T: usize>(bencher: Bencher, product: Product) {
+    let Product(m, k, n) = product;
+    bench_op(bencher, T, &[&[m, k], &[k, n]], Op::MatMul);
 }
