@@ -47,7 +47,52 @@ pub struct TensorInfo {
     /// Handles the user holds; 0 means the tensor is kept only as history.
     pub user_refs: u32,
     /// Live nodes that read this tensor (each listed once).
-    pub consumers: SmallVec<[NodeId; 2]>,
+    pub consumers: Consumers,
+}
+
+/// The live nodes that read one tensor, each once, in the order they were
+/// added. Removal is lazy: a removed node stays listed (its key is dead in
+/// [`Graph::nodes`], and slot map keys are never reused) until dead entries
+/// are half the list, which is then compacted. A tensor read by n nodes that
+/// are all removed costs O(n) in all, not O(n²), and the order of the live
+/// ones (which heuristics see) is what eager removal would leave.
+#[derive(Debug, Clone, Default)]
+pub struct Consumers {
+    list: SmallVec<[NodeId; 2]>,
+    /// Entries of `list` whose node has been removed.
+    dead: u32,
+}
+
+impl Consumers {
+    pub fn is_empty(&self) -> bool {
+        self.list.len() == self.dead as usize
+    }
+
+    /// The live consumers, given the graph's nodes.
+    pub fn iter<'a>(
+        &'a self,
+        nodes: &'a SlotMap<NodeId, OpNode>,
+    ) -> impl Iterator<Item = NodeId> + 'a {
+        self.list
+            .iter()
+            .copied()
+            .filter(move |&node| nodes.contains_key(node))
+    }
+
+    /// Adds `node`, which must not be listed yet.
+    pub(crate) fn push(&mut self, node: NodeId) {
+        self.list.push(node);
+    }
+
+    /// Notes that one listed node has been removed from `nodes` (call once
+    /// per removed consumer).
+    pub(crate) fn forget_removed(&mut self, nodes: &SlotMap<NodeId, OpNode>) {
+        self.dead += 1;
+        if 2 * self.dead as usize >= self.list.len() {
+            self.list.retain(|node| nodes.contains_key(*node));
+            self.dead = 0;
+        }
+    }
 }
 
 /// Where a storage stands.
@@ -141,7 +186,7 @@ impl Graph {
                     }
                 }
             }
-            for &node in &info.consumers {
+            for node in info.consumers.iter(&self.nodes) {
                 for output in self.nodes[node].outputs.iter().flatten() {
                     let s = self.tensors[*output].storage;
                     if s != storage {

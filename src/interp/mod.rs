@@ -26,7 +26,7 @@ use crate::backend::Backend;
 use crate::config::{Budget, Config};
 use crate::error::{Error, Result};
 use crate::graph::{
-    Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
+    Consumers, Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
 };
 use crate::memory::{Block, Memory};
 use crate::ops::{Op, ELEMENT_BYTES};
@@ -213,7 +213,7 @@ impl<B: Backend> Interpreter<B> {
             layout,
             defined: true,
             user_refs: 1,
-            consumers: SmallVec::new(),
+            consumers: Consumers::default(),
         });
         self.graph.storages[storage].tensors.push(tensor);
         tensor
@@ -372,7 +372,7 @@ impl<B: Backend> Interpreter<B> {
         let mut visited: SecondaryMap<NodeId, ()> = SecondaryMap::new();
         let mut stack: Vec<NodeId> = Vec::new();
         for &t in &self.graph.storages[storage].tensors {
-            stack.extend(self.graph.tensors[t].consumers.iter().copied());
+            stack.extend(self.graph.tensors[t].consumers.iter(&self.graph.nodes));
         }
         let mut dependents: Vec<TensorId> = Vec::new();
         while let Some(node) = stack.pop() {
@@ -384,7 +384,7 @@ impl<B: Backend> Interpreter<B> {
                 if info.user_refs > 0 {
                     dependents.push(output);
                 }
-                stack.extend(info.consumers.iter().copied());
+                stack.extend(info.consumers.iter(&self.graph.nodes));
             }
         }
         // Detaching one frees only history that no live tensor needs, so
@@ -563,16 +563,16 @@ impl<B: Backend> Interpreter<B> {
                 layout: spec.layout.clone(),
                 defined: false,
                 user_refs: 1,
-                consumers: SmallVec::new(),
+                consumers: Consumers::default(),
             });
             self.graph.storages[storage].tensors.push(tensor);
             self.graph.refresh_storage_cost(storage);
             self.graph.nodes[node].outputs[k] = Some(tensor);
         }
-        for &input in inputs {
-            let consumers = &mut self.graph.tensors[input].consumers;
-            if !consumers.contains(&node) {
-                consumers.push(node);
+        // The node is new, so only a repeated input can list it already.
+        for (i, &input) in inputs.iter().enumerate() {
+            if !inputs[..i].contains(&input) {
+                self.graph.tensors[input].consumers.push(node);
             }
         }
         for k in 0..self.graph.nodes[node].outputs.len() {
@@ -623,8 +623,11 @@ impl<B: Backend> Interpreter<B> {
                 self.graph.refresh_storage_cost(info.storage);
             }
         }
-        for input in inputs {
-            self.graph.tensors[input].consumers.retain(|n| *n != node);
+        for (i, &input) in inputs.iter().enumerate() {
+            if !inputs[..i].contains(&input) {
+                let nodes = &self.graph.nodes;
+                self.graph.tensors[input].consumers.forget_removed(nodes);
+            }
         }
     }
 }
@@ -647,7 +650,7 @@ impl<B: Backend> Interpreter<B> {
             if t.user_refs == 0 && t.consumers.is_empty() && !self.config.retain_history {
                 return Err(format!("{id:?} is unneeded but not freed"));
             }
-            for &node in &t.consumers {
+            for node in t.consumers.iter(&graph.nodes) {
                 if !graph.nodes[node].inputs.contains(&id) {
                     return Err(format!(
                         "{id:?} lists {node:?} as consumer but is not its input"
@@ -660,7 +663,7 @@ impl<B: Backend> Interpreter<B> {
                 return Err(format!("{id:?} has no live output"));
             }
             for &input in &node.inputs {
-                if !graph.tensors[input].consumers.contains(&id) {
+                if !graph.tensors[input].consumers.iter(&graph.nodes).any(|n| n == id) {
                     return Err(format!("{id:?} reads {input:?}, which does not list it"));
                 }
             }

@@ -6,6 +6,7 @@
 //! [`recorder`] writes a trace as an interpreter runs, and [`replay`] runs a
 //! trace on an interpreter and computes its unbounded baseline.
 
+mod ids;
 pub mod native;
 pub mod recorder;
 pub mod replay;
