@@ -2,9 +2,12 @@
 //! applications (compute paths) that made them. Heuristics read these
 //! through `&Graph`; only the interpreter changes them.
 
+use std::sync::Arc;
+
 use slotmap::{new_key_type, SlotMap};
 use smallvec::SmallVec;
 
+use crate::intern::Interner;
 use crate::ops::{Op, OutputsInterner, Signature};
 use crate::shape::Layout;
 
@@ -40,7 +43,8 @@ pub struct TensorInfo {
     /// is. `None` for puts, which can never be recomputed.
     pub producer: Option<(NodeId, usize)>,
     pub storage: StorageId,
-    pub layout: Layout,
+    /// Shared with every tensor of an equal layout (see [`Graph::layout`]).
+    pub layout: Arc<Layout>,
     /// Whether the value is available now. A view is undefined while its
     /// storage is evicted, and again until its own (cheap) op is replayed.
     pub defined: bool,
@@ -142,6 +146,8 @@ pub struct Graph {
     pub clock: u64,
     /// The distinct outputs of the nodes' signatures, shared among nodes.
     pub interned_outputs: OutputsInterner,
+    /// The distinct layouts of the tensors, shared among them.
+    interned_layouts: Interner<Layout>,
 }
 
 impl Graph {
@@ -150,6 +156,12 @@ impl Graph {
             clock: 1,
             ..Graph::default()
         }
+    }
+
+    /// The shared copy of `layout`, for a new tensor.
+    pub(crate) fn layout(&mut self, layout: &Layout) -> Arc<Layout> {
+        self.interned_layouts
+            .get(layout, || Arc::new(layout.clone()))
     }
 
     /// `clock − last_access`.

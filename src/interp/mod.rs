@@ -207,6 +207,7 @@ impl<B: Backend> Interpreter<B> {
     ) -> TensorId {
         let storage = self.new_storage(bytes, false);
         self.table.install(&mut self.graph, storage, buffer, block);
+        let layout = self.graph.layout(&layout);
         let tensor = self.graph.tensors.insert(TensorInfo {
             producer: None,
             storage,
@@ -557,10 +558,11 @@ impl<B: Backend> Interpreter<B> {
                 Some(i) => self.graph.tensors[inputs[i]].storage,
                 None => self.new_storage(bytes, true),
             };
+            let layout = self.graph.layout(&spec.layout);
             let tensor = self.graph.tensors.insert(TensorInfo {
                 producer: Some((node, k)),
                 storage,
-                layout: spec.layout.clone(),
+                layout,
                 defined: false,
                 user_refs: 1,
                 consumers: Consumers::default(),

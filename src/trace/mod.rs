@@ -12,7 +12,9 @@ pub mod recorder;
 pub mod replay;
 pub mod simrd;
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -49,14 +51,15 @@ pub enum TraceEvent {
     /// An op application. `kernel` is present when dtr can execute the op
     /// on a data backend; the simulator needs only the sizes and `cost`.
     Apply {
-        op: String,
+        /// Shared among the events of one op name (see [`TraceBuilder`]).
+        op: Arc<str>,
         kernel: Option<Box<Op>>,
         inputs: SmallVec<[TraceTensor; 4]>,
         outputs: Vec<TraceOutput>,
         cost: u64,
         /// The model module that ran it, when the recorder knew (PyTorch's
         /// module path, such as `ResNet.layer1.0.conv1`).
-        module: Option<String>,
+        module: Option<Arc<str>>,
     },
     /// One more reference to a tensor.
     Retain {
@@ -331,6 +334,8 @@ pub(crate) struct TraceBuilder {
     /// (to check kernels against their inputs; traces without kernels
     /// never pay for it).
     shapes: Option<Vec<Option<Dims>>>,
+    /// The op and module names seen, each held once and shared by the events.
+    names: HashSet<Arc<str>>,
 }
 
 impl TraceBuilder {
@@ -347,7 +352,18 @@ impl TraceBuilder {
             total_bytes: 0,
             total_cost: 0,
             shapes: None,
+            names: HashSet::new(),
         }
+    }
+
+    /// The shared copy of `name`.
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(held) = self.names.get(name) {
+            return held.clone();
+        }
+        let held: Arc<str> = name.into();
+        self.names.insert(held.clone());
+        held
     }
 
     /// Makes room for about `events` events (and as many tensors) at once,
@@ -543,12 +559,12 @@ impl TraceBuilder {
     pub fn apply(
         &mut self,
         line: usize,
-        op: String,
+        op: &str,
         kernel: Option<Box<Op>>,
         inputs: SmallVec<[TraceTensor; 4]>,
         outputs: &[OutputSpec],
         cost: u64,
-        module: Option<String>,
+        module: Option<&str>,
         labels: &dyn Fn(usize) -> String,
     ) -> Result<SmallVec<[TraceTensor; 2]>> {
         // Labels are formatted only for a message.
@@ -558,7 +574,7 @@ impl TraceBuilder {
             }
         }
         if let Some(kernel) = &kernel {
-            self.check_kernel(line, &op, kernel, &inputs)?;
+            self.check_kernel(line, op, kernel, &inputs)?;
         }
         let fresh_bytes = outputs
             .iter()
@@ -597,6 +613,7 @@ impl TraceBuilder {
                 dims,
             });
         }
+        let (op, module) = (self.intern(op), module.map(|m| self.intern(m)));
         self.push(
             line,
             TraceEvent::Apply {

@@ -467,12 +467,12 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                 let label = |i: usize| format!("input id {} of `{}`", inputs[i], &*op);
                 let made = builder.apply(
                     line,
-                    op.to_string(),
+                    &op,
                     kernel,
                     resolved,
                     &specs,
                     cost,
-                    module.map(|m| m.0.into_owned()),
+                    module.as_ref().map(|m| &*m.0),
                     &label,
                 )?;
                 for (output, tensor) in outputs.iter().zip(made) {
@@ -601,7 +601,7 @@ impl<W: Write> TraceWriter<W> {
                 cost,
                 module,
             } => Line::Apply {
-                op: op.clone(),
+                op: op.to_string(),
                 kernel: kernel.as_deref().cloned(),
                 inputs: inputs.iter().map(|&t| t as u64).collect(),
                 outputs: outputs
@@ -615,7 +615,7 @@ impl<W: Write> TraceWriter<W> {
                     })
                     .collect(),
                 cost: *cost,
-                module: module.clone(),
+                module: module.as_deref().map(str::to_string),
             },
             TraceEvent::Retain { tensor } => Line::Retain { id: *tensor as u64 },
             TraceEvent::Del { tensor } => Line::Del { id: *tensor as u64 },

@@ -82,7 +82,7 @@ impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
             kernel => (Some(Box::new(kernel.clone())), None),
         };
         self.emit(TraceEvent::Apply {
-            op: op.name().to_string(),
+            op: op.name().into(),
             kernel,
             inputs,
             outputs,

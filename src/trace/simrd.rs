@@ -702,7 +702,7 @@ impl<'t> Importer<'t> {
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
         let made = self.builder.apply(
             line,
-            op.to_string(),
+            &op,
             None,
             inputs,
             &outputs,
@@ -734,7 +734,7 @@ impl<'t> Importer<'t> {
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
         let made = self.builder.apply(
             line,
-            op.to_string(),
+            op,
             None,
             inputs.clone(),
             &outputs,
