@@ -24,7 +24,8 @@ new_key_type! {
 #[derive(Debug, Clone)]
 pub struct OpNode {
     pub op: Op,
-    pub inputs: SmallVec<[TensorId; 4]>,
+    /// Two inline: most ops read one or two tensors.
+    pub inputs: SmallVec<[TensorId; 2]>,
     /// `None` once an output has been freed; it is still produced, then dropped.
     pub outputs: SmallVec<[Option<TensorId>; 2]>,
     pub signature: Signature,

@@ -33,7 +33,8 @@ pub struct TraceOutput {
     pub bytes: u64,
     /// `Some(i)`: a view of input `i`'s storage.
     pub alias_of: Option<usize>,
-    pub dims: Option<Dims>,
+    /// Boxed: most traces have none, and there are millions of outputs.
+    pub dims: Option<Box<Dims>>,
 }
 
 /// One instruction of a traced program.
@@ -506,7 +507,7 @@ impl TraceBuilder {
                 TraceEvent::Put { tensor, dims, .. } => shapes[*tensor as usize] = dims.clone(),
                 TraceEvent::Apply { outputs, .. } => {
                     for output in outputs {
-                        shapes[output.tensor as usize] = output.dims.clone();
+                        shapes[output.tensor as usize] = output.dims.as_deref().cloned();
                     }
                 }
                 _ => {}
@@ -610,7 +611,7 @@ impl TraceBuilder {
                 tensor,
                 bytes: if alias_of.is_some() { 0 } else { bytes },
                 alias_of,
-                dims,
+                dims: dims.map(Box::new),
             });
         }
         let (op, module) = (self.intern(op), module.map(|m| self.intern(m)));

@@ -74,7 +74,7 @@ impl<W: Write + Send> ProgramObserver for TraceRecorder<W> {
                 tensor: self.name(t),
                 bytes: spec.bytes,
                 alias_of: spec.alias_of,
-                dims: shaped.then(|| spec.layout.dims.clone()),
+                dims: shaped.then(|| Box::new(spec.layout.dims.clone())),
             })
             .collect();
         let (kernel, module) = match op {
