@@ -225,3 +225,27 @@ impl Graph {
         self.storages[storage].cost = cost;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{TraceEvent, TraceOutput};
+
+    /// The records a replay keeps per tensor and node stay small: at 10⁶
+    /// layers every byte here is a megabyte (issue 17's memory target).
+    #[test]
+    fn records_stay_small() {
+        let sizes = [
+            ("OpNode", std::mem::size_of::<OpNode>(), 144),
+            ("Op", std::mem::size_of::<Op>(), 72),
+            ("TensorInfo", std::mem::size_of::<TensorInfo>(), 72),
+            ("StorageInfo", std::mem::size_of::<StorageInfo>(), 56),
+            ("TraceEvent", std::mem::size_of::<TraceEvent>(), 96),
+            ("TraceOutput", std::mem::size_of::<TraceOutput>(), 40),
+        ];
+        for (name, size, most) in sizes {
+            println!("{name}: {size} B");
+            assert!(size <= most, "{name} grew to {size} B (at most {most})");
+        }
+    }
+}

@@ -665,7 +665,11 @@ impl<B: Backend> Interpreter<B> {
                 return Err(format!("{id:?} has no live output"));
             }
             for &input in &node.inputs {
-                if !graph.tensors[input].consumers.iter(&graph.nodes).any(|n| n == id) {
+                if !graph.tensors[input]
+                    .consumers
+                    .iter(&graph.nodes)
+                    .any(|n| n == id)
+                {
                     return Err(format!("{id:?} reads {input:?}, which does not list it"));
                 }
             }

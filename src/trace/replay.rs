@@ -90,8 +90,17 @@ pub fn replay_observed<B: Backend>(
     let mut outcome = (ReplayStatus::Ok, None);
     let mut shared = SharedOutputs::default();
     for (index, event) in trace.events.iter().enumerate() {
-        let stepped = step(trace, index, event, dtr, kernels, &mut tensors, &mut reads, &mut shared)
-            .and_then(|()| after_event(index, dtr, &tensors));
+        let stepped = step(
+            trace,
+            index,
+            event,
+            dtr,
+            kernels,
+            &mut tensors,
+            &mut reads,
+            &mut shared,
+        )
+        .and_then(|()| after_event(index, dtr, &tensors));
         match stepped {
             Ok(()) => {}
             Err(error @ Error::OutOfMemory { .. }) => {

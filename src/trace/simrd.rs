@@ -700,16 +700,9 @@ impl<'t> Importer<'t> {
             ..
         } = *call;
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
-        let made = self.builder.apply(
-            line,
-            &op,
-            None,
-            inputs,
-            &outputs,
-            cost,
-            None,
-            &label,
-        )?;
+        let made = self
+            .builder
+            .apply(line, &op, None, inputs, &outputs, cost, None, &label)?;
         for (name, tensor) in results.into_iter().zip(made) {
             self.bind_new(line, name, tensor)?;
         }
@@ -732,16 +725,9 @@ impl<'t> Importer<'t> {
             .map(|&k| (self.builder.storage_bytes(inputs[k]), None, None))
             .collect();
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
-        let made = self.builder.apply(
-            line,
-            op,
-            None,
-            inputs.clone(),
-            &outputs,
-            cost,
-            None,
-            &label,
-        )?;
+        let made =
+            self.builder
+                .apply(line, op, None, inputs.clone(), &outputs, cost, None, &label)?;
         for (&k, tensor) in mutated.iter().zip(made) {
             self.builder
                 .del(line, inputs[k], &format_args!("`{}`", args[k]))?;
