@@ -44,7 +44,11 @@ echo "| layers (events) | ratio 1.0 | ratio 0.1, \`--sampling all\` | ratio 0.1,
 echo "|---|---:|---:|---:|"
 for n in $LENGTHS; do
     trace="$WORK/chain$n.trace"
-    "$DTR" gen chain --length "$n" --out "$trace" >/dev/null
+    # Its `wrote …` note goes to stderr: kept out of the table unless it fails.
+    "$DTR" gen chain --length "$n" --out "$trace" >/dev/null 2>"$WORK/gen" || {
+        cat "$WORK/gen" >&2
+        exit 1
+    }
     unbounded=$(measure "$trace" --ratio 1.0)
     if ((n <= ALL_UP_TO)); then
         all=$(measure "$trace" --ratio 0.1 --sampling all)
