@@ -3,7 +3,8 @@
 # 10^5 and 10^6 layers replayed with `dtr-eq` unbounded (ratio 1.0) and at
 # 0.1 of the peak with `--sampling all` and `--sampling sqrt`. Each cell is
 # the whole process (reading the trace included): wall seconds, CPU
-# seconds (user + system) and peak RSS, measured by GNU time.
+# seconds (user + system) and peak RSS, measured by GNU time. One replay per
+# cell (`--no-suggest`: a run that stopped would otherwise search budgets).
 #
 #   benches/scale_table.sh                  # 10^4 10^5 10^6
 #   LENGTHS="10000 100000" benches/scale_table.sh
@@ -29,7 +30,7 @@ measure() {
     local trace=$1
     shift
     /usr/bin/time -o "$WORK/time" -f "%e %U %S %M" \
-        "$DTR" replay --heuristic dtr-eq "$@" "$trace" >"$WORK/out" 2>&1 || {
+        "$DTR" replay --heuristic dtr-eq --no-suggest "$@" "$trace" >"$WORK/out" 2>&1 || {
         cat "$WORK/out" >&2
         echo "failed"
         return
@@ -43,7 +44,11 @@ echo "| layers (events) | ratio 1.0 | ratio 0.1, \`--sampling all\` | ratio 0.1,
 echo "|---|---:|---:|---:|"
 for n in $LENGTHS; do
     trace="$WORK/chain$n.trace"
-    "$DTR" gen chain --length "$n" --out "$trace" >/dev/null
+    # Its `wrote …` note goes to stderr: kept out of the table unless it fails.
+    "$DTR" gen chain --length "$n" --out "$trace" >/dev/null 2>"$WORK/gen" || {
+        cat "$WORK/gen" >&2
+        exit 1
+    }
     unbounded=$(measure "$trace" --ratio 1.0)
     if ((n <= ALL_UP_TO)); then
         all=$(measure "$trace" --ratio 0.1 --sampling all)

@@ -2,9 +2,12 @@
 //! applications (compute paths) that made them. Heuristics read these
 //! through `&Graph`; only the interpreter changes them.
 
+use std::sync::Arc;
+
 use slotmap::{new_key_type, SlotMap};
 use smallvec::SmallVec;
 
+use crate::intern::Interner;
 use crate::ops::{Op, OutputsInterner, Signature};
 use crate::shape::Layout;
 
@@ -20,14 +23,18 @@ new_key_type! {
 /// One op application; all of its outputs are (re)computed together.
 #[derive(Debug, Clone)]
 pub struct OpNode {
+    /// The op, as the backend runs it.
     pub op: Op,
-    pub inputs: SmallVec<[TensorId; 4]>,
+    /// Two inline: most ops read one or two tensors.
+    pub inputs: SmallVec<[TensorId; 2]>,
     /// `None` once an output has been freed; it is still produced, then dropped.
     pub outputs: SmallVec<[Option<TensorId>; 2]>,
+    /// Its checked outputs and its recompute cost.
     pub signature: Signature,
 }
 
 impl OpNode {
+    /// What running it (again) costs, in cost units.
     pub fn cost(&self) -> u64 {
         self.signature.cost
     }
@@ -39,21 +46,71 @@ pub struct TensorInfo {
     /// The compute path: the node that made this tensor and which output it
     /// is. `None` for puts, which can never be recomputed.
     pub producer: Option<(NodeId, usize)>,
+    /// The storage holding its bytes (shared with its views).
     pub storage: StorageId,
-    pub layout: Layout,
+    /// Shared with every tensor of an equal layout (interned by the graph).
+    pub layout: Arc<Layout>,
     /// Whether the value is available now. A view is undefined while its
     /// storage is evicted, and again until its own (cheap) op is replayed.
     pub defined: bool,
     /// Handles the user holds; 0 means the tensor is kept only as history.
     pub user_refs: u32,
     /// Live nodes that read this tensor (each listed once).
-    pub consumers: SmallVec<[NodeId; 2]>,
+    pub consumers: Consumers,
+}
+
+/// The live nodes that read one tensor, each once, in the order they were
+/// added. Removal is lazy: a removed node stays listed (its key is dead in
+/// [`Graph::nodes`], and slot map keys are never reused) until dead entries
+/// are half the list, which is then compacted. A tensor read by n nodes that
+/// are all removed costs O(n) in all, not O(n²), and the order of the live
+/// ones (which heuristics see) is what eager removal would leave.
+#[derive(Debug, Clone, Default)]
+pub struct Consumers {
+    list: SmallVec<[NodeId; 2]>,
+    /// Entries of `list` whose node has been removed.
+    dead: u32,
+}
+
+impl Consumers {
+    /// Whether no live node reads the tensor.
+    pub fn is_empty(&self) -> bool {
+        self.list.len() == self.dead as usize
+    }
+
+    /// The live consumers, given the graph's nodes.
+    pub fn iter<'a>(
+        &'a self,
+        nodes: &'a SlotMap<NodeId, OpNode>,
+    ) -> impl Iterator<Item = NodeId> + 'a {
+        self.list
+            .iter()
+            .copied()
+            .filter(move |&node| nodes.contains_key(node))
+    }
+
+    /// Adds `node`, which must not be listed yet.
+    pub(crate) fn push(&mut self, node: NodeId) {
+        self.list.push(node);
+    }
+
+    /// Notes that one listed node has been removed from `nodes` (call once
+    /// per removed consumer).
+    pub(crate) fn forget_removed(&mut self, nodes: &SlotMap<NodeId, OpNode>) {
+        self.dead += 1;
+        if 2 * self.dead as usize >= self.list.len() {
+            self.list.retain(|node| nodes.contains_key(*node));
+            self.dead = 0;
+        }
+    }
 }
 
 /// Where a storage stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Residency {
+    /// In memory.
     Resident,
+    /// Freed, with its compute path kept to recompute it.
     Evicted,
     /// Output of an op that has not run yet: neither in memory nor
     /// recomputable history, so eviction heuristics do not see it.
@@ -63,6 +120,7 @@ pub enum Residency {
 /// Memory shared by a tensor and its views; the unit of eviction.
 #[derive(Debug, Clone)]
 pub struct StorageInfo {
+    /// Bytes it takes when resident.
     pub bytes: u64,
     /// Tensors viewing this storage; `tensors[0]` is the root, whose op allocates it.
     pub tensors: SmallVec<[TensorId; 2]>,
@@ -77,10 +135,12 @@ pub struct StorageInfo {
 }
 
 impl StorageInfo {
+    /// Whether its bytes are in memory now.
     pub fn is_resident(&self) -> bool {
         self.residency == Residency::Resident
     }
 
+    /// Whether it was evicted and can be recomputed.
     pub fn is_evicted(&self) -> bool {
         self.residency == Residency::Evicted
     }
@@ -89,22 +149,34 @@ impl StorageInfo {
 /// The interpreter's tables and logical clock.
 #[derive(Debug, Default)]
 pub struct Graph {
+    /// Every tracked tensor, held by the user or kept as history.
     pub tensors: SlotMap<TensorId, TensorInfo>,
+    /// Every tracked storage, resident or evicted.
     pub storages: SlotMap<StorageId, StorageInfo>,
+    /// Every op application some tracked tensor may need.
     pub nodes: SlotMap<NodeId, OpNode>,
     /// The sum of the cost of every op run so far (rematerialisations
     /// included), starting at 1.
     pub clock: u64,
     /// The distinct outputs of the nodes' signatures, shared among nodes.
     pub interned_outputs: OutputsInterner,
+    /// The distinct layouts of the tensors, shared among them.
+    interned_layouts: Interner<Layout>,
 }
 
 impl Graph {
+    /// Empty tables, the clock at 1.
     pub fn new() -> Graph {
         Graph {
             clock: 1,
             ..Graph::default()
         }
+    }
+
+    /// The shared copy of `layout`, for a new tensor.
+    pub(crate) fn layout(&mut self, layout: &Layout) -> Arc<Layout> {
+        self.interned_layouts
+            .get(layout, || Arc::new(layout.clone()))
     }
 
     /// `clock − last_access`.
@@ -141,7 +213,7 @@ impl Graph {
                     }
                 }
             }
-            for &node in &info.consumers {
+            for node in info.consumers.iter(&self.nodes) {
                 for output in self.nodes[node].outputs.iter().flatten() {
                     let s = self.tensors[*output].storage;
                     if s != storage {
@@ -165,5 +237,29 @@ impl Graph {
             }
         }
         self.storages[storage].cost = cost;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{TraceEvent, TraceOutput};
+
+    /// The records a replay keeps per tensor and node stay small: at 10⁶
+    /// layers every byte here is a megabyte (issue 17's memory target).
+    #[test]
+    fn records_stay_small() {
+        let sizes = [
+            ("OpNode", std::mem::size_of::<OpNode>(), 144),
+            ("Op", std::mem::size_of::<Op>(), 72),
+            ("TensorInfo", std::mem::size_of::<TensorInfo>(), 72),
+            ("StorageInfo", std::mem::size_of::<StorageInfo>(), 56),
+            ("TraceEvent", std::mem::size_of::<TraceEvent>(), 96),
+            ("TraceOutput", std::mem::size_of::<TraceOutput>(), 40),
+        ];
+        for (name, size, most) in sizes {
+            println!("{name}: {size} B");
+            assert!(size <= most, "{name} grew to {size} B (at most {most})");
+        }
     }
 }

@@ -17,6 +17,7 @@ pub mod eager;
 pub mod error;
 pub mod experiments;
 pub mod graph;
+pub mod intern;
 pub mod interp;
 pub mod memory;
 pub mod ops;

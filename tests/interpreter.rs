@@ -23,7 +23,8 @@ fn add_scalar(dtr: &mut Interpreter<CpuBackend>, x: TensorId, value: f32) -> Ten
 
 /// A one-element fill of `value`, costing 1.
 fn fill1(dtr: &mut Interpreter<CpuBackend>, value: f32) -> TensorId {
-    dtr.apply_op_with_cost(Op::fill(&[1], value), &[], 1).unwrap()[0]
+    dtr.apply_op_with_cost(Op::fill(&[1], value), &[], 1)
+        .unwrap()[0]
 }
 
 /// An eviction by the policy, at the score the derivation below gives.

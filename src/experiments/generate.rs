@@ -60,7 +60,7 @@ impl Builder {
         let label = |i: usize| format!("input {i} of `{name}`");
         let made = self.trace.apply(
             self.line,
-            name.to_string(),
+            name,
             None,
             inputs.into(),
             &[(bytes, None, None)],

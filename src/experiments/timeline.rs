@@ -138,7 +138,7 @@ impl ChromeTrace {
             TraceEvent::Apply {
                 op, cost, module, ..
             } => (
-                op.clone(),
+                op.to_string(),
                 "op",
                 json!({"trace_line": line, "cost": cost, "module": module}),
             ),

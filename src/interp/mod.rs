@@ -26,7 +26,7 @@ use crate::backend::Backend;
 use crate::config::{Budget, Config};
 use crate::error::{Error, Result};
 use crate::graph::{
-    Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
+    Consumers, Graph, NodeId, OpNode, Residency, StorageId, StorageInfo, TensorId, TensorInfo,
 };
 use crate::memory::{Block, Memory};
 use crate::ops::{Op, ELEMENT_BYTES};
@@ -220,13 +220,14 @@ impl<B: Backend> Interpreter<B> {
     ) -> TensorId {
         let storage = self.new_storage(bytes, false);
         self.table.install(&mut self.graph, storage, buffer, block);
+        let layout = self.graph.layout(&layout);
         let tensor = self.graph.tensors.insert(TensorInfo {
             producer: None,
             storage,
             layout,
             defined: true,
             user_refs: 1,
-            consumers: SmallVec::new(),
+            consumers: Consumers::default(),
         });
         self.graph.storages[storage].tensors.push(tensor);
         tensor
@@ -382,7 +383,7 @@ impl<B: Backend> Interpreter<B> {
         let mut visited: SecondaryMap<NodeId, ()> = SecondaryMap::new();
         let mut stack: Vec<NodeId> = Vec::new();
         for &t in &self.graph.storages[storage].tensors {
-            stack.extend(self.graph.tensors[t].consumers.iter().copied());
+            stack.extend(self.graph.tensors[t].consumers.iter(&self.graph.nodes));
         }
         let mut dependents: Vec<TensorId> = Vec::new();
         while let Some(node) = stack.pop() {
@@ -394,7 +395,7 @@ impl<B: Backend> Interpreter<B> {
                 if info.user_refs > 0 {
                     dependents.push(output);
                 }
-                stack.extend(info.consumers.iter().copied());
+                stack.extend(info.consumers.iter(&self.graph.nodes));
             }
         }
         // Detaching one frees only history that no live tensor needs, so
@@ -576,22 +577,23 @@ impl<B: Backend> Interpreter<B> {
                 Some(i) => self.graph.tensors[inputs[i]].storage,
                 None => self.new_storage(bytes, true),
             };
+            let layout = self.graph.layout(&spec.layout);
             let tensor = self.graph.tensors.insert(TensorInfo {
                 producer: Some((node, k)),
                 storage,
-                layout: spec.layout.clone(),
+                layout,
                 defined: false,
                 user_refs: 1,
-                consumers: SmallVec::new(),
+                consumers: Consumers::default(),
             });
             self.graph.storages[storage].tensors.push(tensor);
             self.graph.refresh_storage_cost(storage);
             self.graph.nodes[node].outputs[k] = Some(tensor);
         }
-        for &input in inputs {
-            let consumers = &mut self.graph.tensors[input].consumers;
-            if !consumers.contains(&node) {
-                consumers.push(node);
+        // The node is new, so only a repeated input can list it already.
+        for (i, &input) in inputs.iter().enumerate() {
+            if !inputs[..i].contains(&input) {
+                self.graph.tensors[input].consumers.push(node);
             }
         }
         for k in 0..self.graph.nodes[node].outputs.len() {
@@ -642,8 +644,11 @@ impl<B: Backend> Interpreter<B> {
                 self.graph.refresh_storage_cost(info.storage);
             }
         }
-        for input in inputs {
-            self.graph.tensors[input].consumers.retain(|n| *n != node);
+        for (i, &input) in inputs.iter().enumerate() {
+            if !inputs[..i].contains(&input) {
+                let nodes = &self.graph.nodes;
+                self.graph.tensors[input].consumers.forget_removed(nodes);
+            }
         }
     }
 }
@@ -666,7 +671,7 @@ impl<B: Backend> Interpreter<B> {
             if t.user_refs == 0 && t.consumers.is_empty() && !self.config.retain_history {
                 return Err(format!("{id:?} is unneeded but not freed"));
             }
-            for &node in &t.consumers {
+            for node in t.consumers.iter(&graph.nodes) {
                 if !graph.nodes[node].inputs.contains(&id) {
                     return Err(format!(
                         "{id:?} lists {node:?} as consumer but is not its input"
@@ -679,7 +684,11 @@ impl<B: Backend> Interpreter<B> {
                 return Err(format!("{id:?} has no live output"));
             }
             for &input in &node.inputs {
-                if !graph.tensors[input].consumers.contains(&id) {
+                if !graph.tensors[input]
+                    .consumers
+                    .iter(&graph.nodes)
+                    .any(|n| n == id)
+                {
                     return Err(format!("{id:?} reads {input:?}, which does not list it"));
                 }
             }

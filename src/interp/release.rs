@@ -110,11 +110,16 @@ impl<B: Backend> Interpreter<B> {
         }
         let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
         self.backend.forget(&node_info.op);
-        for input in node_info.inputs {
+        let inputs = &node_info.inputs;
+        for (i, &input) in inputs.iter().enumerate() {
+            // A repeated input lists the node once.
+            if inputs[..i].contains(&input) {
+                continue;
+            }
             let Some(input_info) = self.graph.tensors.get_mut(input) else {
                 continue;
             };
-            input_info.consumers.retain(|n| *n != node);
+            input_info.consumers.forget_removed(&self.graph.nodes);
             if input_info.user_refs == 0
                 && input_info.consumers.is_empty()
                 && !unneeded.contains(&input)

@@ -41,8 +41,9 @@ struct Slot<Buf> {
     pins: u32,
     /// Resident and not recomputable: counted in `constant_bytes`.
     constant: bool,
-    /// A copy in host memory (swap), counted in `host_bytes`.
-    host: Option<HostCopy>,
+    /// A copy in host memory (swap), counted in `host_bytes`. Boxed: few
+    /// storages have one, and every storage has a slot.
+    host: Option<Box<HostCopy>>,
 }
 
 pub(super) struct StorageTable<B: Backend> {
@@ -252,11 +253,11 @@ impl<B: Backend> StorageTable<B> {
             layout: &layout,
         })?;
         debug_assert!(slot.host.is_none(), "copying a storage to host twice");
-        slot.host = Some(HostCopy {
+        slot.host = Some(Box::new(HostCopy {
             values,
             bytes,
             ready_at,
-        });
+        }));
         self.host_bytes += bytes;
         self.host_peak_bytes = self.host_peak_bytes.max(self.host_bytes);
         Ok(())

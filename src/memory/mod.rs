@@ -28,7 +28,7 @@ pub enum MemoryModel {
         alignment: u64,
     },
     /// The same placing each block at the lowest offset where it fits
-    /// (see [`Arena::allocate`]). Written `arena-ff` or `arena-ff:ALIGNMENT`.
+    /// (see `Arena::allocate`). Written `arena-ff` or `arena-ff:ALIGNMENT`.
     FirstFitArena {
         /// Block alignment in bytes (a power of two).
         alignment: u64,

@@ -11,8 +11,9 @@ mod signature;
 
 pub use signature::{OutputSpec, Outputs, OutputsInterner, Signature, ELEMENT_BYTES};
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
-use smallvec::SmallVec;
 
 use crate::shape::Dims;
 
@@ -317,15 +318,17 @@ pub enum Op {
     Recorded(RecordedOp),
 }
 
-/// What a trace records of an op dtr may have no kernel for.
+/// What a trace records of an op dtr may have no kernel for. Names and
+/// outputs are shared (`Arc`): a replay's many nodes of the same op hold
+/// one copy, which keeps the graph small at millions of nodes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordedOp {
     /// The op's name as recorded (`aten.mm.default`).
-    pub name: String,
+    pub name: Arc<str>,
     /// Its recompute cost, in the trace's cost units.
     pub cost: u64,
     /// Its outputs, in order.
-    pub outputs: SmallVec<[RecordedOutput; 2]>,
+    pub outputs: Arc<[RecordedOutput]>,
     /// The recording framework's id for this call: a foreign backend (the
     /// PyTorch one of the `dtr` Python package) re-runs call `call` to
     /// rematerialise the outputs. 0 in traces, which only the simulator runs.
@@ -334,11 +337,11 @@ pub struct RecordedOp {
     /// The module of the model that ran it (`GPT2LMHeadModel.transformer.h.0.attn`),
     /// when the recorder knew it: for people reading traces and timelines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub module: Option<String>,
+    pub module: Option<Arc<str>>,
 }
 
 /// One output of a [`RecordedOp`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RecordedOutput {
     /// Bytes allocated (0 for a view).
     pub bytes: u64,

@@ -51,7 +51,7 @@ impl OutputSpec {
 
 /// The outputs of a signature: immutable and shared, so that the many ops
 /// of a program with equal outputs (every layer of a chain, every step of a
-/// training loop) hold one copy (see [`Outputs::intern`]).
+/// training loop) hold one copy (see [`OutputsInterner::intern`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Outputs(Arc<[OutputSpec]>);
 

@@ -94,7 +94,7 @@ impl RegionWalker {
                         }
                     }
                     Direction::Descendants => {
-                        for &node in &info.consumers {
+                        for node in info.consumers.iter(&graph.nodes) {
                             for &output in graph.nodes[node].outputs.iter().flatten() {
                                 step(graph.tensors[output].storage);
                             }

@@ -6,12 +6,15 @@
 //! [`recorder`] writes a trace as an interpreter runs, and [`replay`] runs a
 //! trace on an interpreter and computes its unbounded baseline.
 
+mod ids;
 pub mod native;
 pub mod recorder;
 pub mod replay;
 pub mod simrd;
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -31,8 +34,9 @@ pub struct TraceOutput {
     pub bytes: u64,
     /// `Some(i)`: a view of input `i`'s storage.
     pub alias_of: Option<usize>,
-    /// Its shape, when the trace records it.
-    pub dims: Option<Dims>,
+    /// Its shape, when the trace records it (boxed: most traces have
+    /// none, and there are millions of outputs).
+    pub dims: Option<Box<Dims>>,
 }
 
 /// One instruction of a traced program.
@@ -54,8 +58,9 @@ pub enum TraceEvent {
     /// An op application. `kernel` is present when dtr can execute the op
     /// on a data backend; the simulator needs only the sizes and `cost`.
     Apply {
-        /// The op's name as recorded.
-        op: String,
+        /// The op's name as recorded, shared among the events of one op
+        /// name (by the trace builder).
+        op: Arc<str>,
         /// The op as dtr runs it, if it has a kernel for it.
         kernel: Option<Box<Op>>,
         /// Its inputs, in order.
@@ -66,7 +71,7 @@ pub enum TraceEvent {
         cost: u64,
         /// The model module that ran it, when the recorder knew (PyTorch's
         /// module path, such as `ResNet.layer1.0.conv1`).
-        module: Option<String>,
+        module: Option<Arc<str>>,
     },
     /// One more reference to a tensor.
     Retain {
@@ -350,6 +355,8 @@ pub(crate) struct TraceBuilder {
     /// (to check kernels against their inputs; traces without kernels
     /// never pay for it).
     shapes: Option<Vec<Option<Dims>>>,
+    /// The op and module names seen, each held once and shared by the events.
+    names: HashSet<Arc<str>>,
 }
 
 impl TraceBuilder {
@@ -366,7 +373,18 @@ impl TraceBuilder {
             total_bytes: 0,
             total_cost: 0,
             shapes: None,
+            names: HashSet::new(),
         }
+    }
+
+    /// The shared copy of `name`.
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(held) = self.names.get(name) {
+            return held.clone();
+        }
+        let held: Arc<str> = name.into();
+        self.names.insert(held.clone());
+        held
     }
 
     /// Makes room for about `events` events (and as many tensors) at once,
@@ -509,7 +527,7 @@ impl TraceBuilder {
                 TraceEvent::Put { tensor, dims, .. } => shapes[*tensor as usize] = dims.clone(),
                 TraceEvent::Apply { outputs, .. } => {
                     for output in outputs {
-                        shapes[output.tensor as usize] = output.dims.clone();
+                        shapes[output.tensor as usize] = output.dims.as_deref().cloned();
                     }
                 }
                 _ => {}
@@ -562,12 +580,12 @@ impl TraceBuilder {
     pub fn apply(
         &mut self,
         line: usize,
-        op: String,
+        op: &str,
         kernel: Option<Box<Op>>,
         inputs: SmallVec<[TraceTensor; 4]>,
         outputs: &[OutputSpec],
         cost: u64,
-        module: Option<String>,
+        module: Option<&str>,
         labels: &dyn Fn(usize) -> String,
     ) -> Result<SmallVec<[TraceTensor; 2]>> {
         // Labels are formatted only for a message.
@@ -577,7 +595,7 @@ impl TraceBuilder {
             }
         }
         if let Some(kernel) = &kernel {
-            self.check_kernel(line, &op, kernel, &inputs)?;
+            self.check_kernel(line, op, kernel, &inputs)?;
         }
         let fresh_bytes = outputs
             .iter()
@@ -613,9 +631,10 @@ impl TraceBuilder {
                 tensor,
                 bytes: if alias_of.is_some() { 0 } else { bytes },
                 alias_of,
-                dims,
+                dims: dims.map(Box::new),
             });
         }
+        let (op, module) = (self.intern(op), module.map(|m| self.intern(m)));
         self.push(
             line,
             TraceEvent::Apply {

@@ -2,7 +2,6 @@
 //! See `docs/trace-format.md`.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 use std::io::Write;
 
@@ -11,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
-use super::{Text, Trace, TraceBuilder, TraceEvent, TraceTensor, ValidJson};
+use super::ids::TensorIds;
+use super::{Text, Trace, TraceBuilder, TraceEvent, ValidJson};
 use crate::error::{Error, Result};
 use crate::ops::Op;
 use crate::shape::Dims;
@@ -388,14 +388,13 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
     // above, for room that costs nothing until used.
     let estimate = text.len() / 24;
     builder.reserve(estimate);
-    let mut ids: Ids = HashMap::with_capacity_and_hasher(estimate, Default::default());
-    let resolve = |ids: &Ids, line: usize, id: u64| {
-        ids.get(&id)
-            .copied()
+    let mut ids = TensorIds::default();
+    let resolve = |ids: &TensorIds, line: usize, id: u64| {
+        ids.get(id)
             .ok_or_else(|| fail(line, format!("unknown tensor id {id}")))
     };
-    let fresh = |ids: &Ids, line: usize, id: u64| {
-        if ids.contains_key(&id) {
+    let fresh = |ids: &TensorIds, line: usize, id: u64| {
+        if ids.contains(id) {
             Err(fail(line, format!("tensor id {id} is defined twice")))
         } else {
             Ok(())
@@ -468,12 +467,12 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
                 let label = |i: usize| format!("input id {} of `{}`", inputs[i], &*op);
                 let made = builder.apply(
                     line,
-                    op.to_string(),
+                    &op,
                     kernel,
                     resolved,
                     &specs,
                     cost,
-                    module.map(|m| m.0.into_owned()),
+                    module.as_ref().map(|m| &*m.0),
                     &label,
                 )?;
                 for (output, tensor) in outputs.iter().zip(made) {
@@ -528,9 +527,6 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
     }
     Ok(builder.finish())
 }
-
-/// Tensor id → dense tensor.
-type Ids = HashMap<u64, TraceTensor, foldhash::fast::RandomState>;
 
 /// The first output whose id an earlier output has.
 fn first_repeated(outputs: &[OutputIn<'_>]) -> Option<u64> {
@@ -605,7 +601,7 @@ impl<W: Write> TraceWriter<W> {
                 cost,
                 module,
             } => Line::Apply {
-                op: op.clone(),
+                op: op.to_string(),
                 kernel: kernel.as_deref().cloned(),
                 inputs: inputs.iter().map(|&t| t as u64).collect(),
                 outputs: outputs
@@ -619,7 +615,7 @@ impl<W: Write> TraceWriter<W> {
                     })
                     .collect(),
                 cost: *cost,
-                module: module.clone(),
+                module: module.as_deref().map(str::to_string),
             },
             TraceEvent::Retain { tensor } => Line::Retain { id: *tensor as u64 },
             TraceEvent::Del { tensor } => Line::Del { id: *tensor as u64 },

@@ -109,7 +109,7 @@ impl<W: Write + Send> TraceRecorder<W> {
                 tensor: self.name(t),
                 bytes: spec.bytes,
                 alias_of: spec.alias_of,
-                dims: shaped.then(|| spec.layout.dims.clone()),
+                dims: shaped.then(|| Box::new(spec.layout.dims.clone())),
             })
             .collect();
         let (kernel, module) = match op {
@@ -117,7 +117,7 @@ impl<W: Write + Send> TraceRecorder<W> {
             kernel => (Some(Box::new(kernel.clone())), None),
         };
         self.emit(TraceEvent::Apply {
-            op: op.name().to_string(),
+            op: op.name().into(),
             kernel,
             inputs,
             outputs,

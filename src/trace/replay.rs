@@ -1,15 +1,17 @@
 //! Running a trace on an interpreter, and the unbounded baseline it is
 //! measured against.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::graph::TensorId;
+use crate::intern::Interner;
 use crate::interp::{Interpreter, Stats};
 use crate::ops::{Op, RecordedOp, RecordedOutput};
 
-use super::{Trace, TraceEvent, TraceTensor};
+use super::{Trace, TraceEvent, TraceOutput, TraceTensor};
 
 /// How ops are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,9 +94,19 @@ pub fn replay_observed<B: Backend>(
     let mut tensors: Vec<Option<TensorId>> = vec![None; trace.tensor_count()];
     let mut reads = Vec::new();
     let mut outcome = (ReplayStatus::Ok, None);
+    let mut shared = SharedOutputs::default();
     for (index, event) in trace.events.iter().enumerate() {
-        let stepped = step(trace, index, event, dtr, kernels, &mut tensors, &mut reads)
-            .and_then(|()| after_event(index, dtr, &tensors));
+        let stepped = step(
+            trace,
+            index,
+            event,
+            dtr,
+            kernels,
+            &mut tensors,
+            &mut reads,
+            &mut shared,
+        )
+        .and_then(|()| after_event(index, dtr, &tensors));
         match stepped {
             Ok(()) => {}
             Err(error @ Error::OutOfMemory { .. }) => {
@@ -125,6 +137,25 @@ pub fn replay_observed<B: Backend>(
     })
 }
 
+/// The distinct output lists of the recorded ops made so far, each held
+/// once, so that the nodes of a replay share them.
+#[derive(Default)]
+struct SharedOutputs(Interner<[RecordedOutput]>);
+
+impl SharedOutputs {
+    fn get(&mut self, outputs: &[TraceOutput]) -> Arc<[RecordedOutput]> {
+        let list: smallvec::SmallVec<[RecordedOutput; 2]> = outputs
+            .iter()
+            .map(|o| RecordedOutput {
+                bytes: o.bytes,
+                alias_of: o.alias_of,
+            })
+            .collect();
+        self.0.get(list.as_slice(), || list.as_slice().into())
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the replay's state, passed apart for borrowing
 fn step<B: Backend>(
     trace: &Trace,
     index: usize,
@@ -133,6 +164,7 @@ fn step<B: Backend>(
     kernels: Kernels,
     tensors: &mut [Option<TensorId>],
     reads: &mut Vec<(TraceTensor, Vec<f32>)>,
+    shared: &mut SharedOutputs,
 ) -> Result<()> {
     // The trace was validated, so every tensor it names exists by now.
     let id = |t: TraceTensor| tensors[t as usize].expect("validated trace");
@@ -169,13 +201,7 @@ fn step<B: Backend>(
                     module: module.clone(),
                     name: op.clone(),
                     cost: *cost,
-                    outputs: outputs
-                        .iter()
-                        .map(|o| RecordedOutput {
-                            bytes: o.bytes,
-                            alias_of: o.alias_of,
-                        })
-                        .collect(),
+                    outputs: shared.get(outputs),
                 }),
             };
             let inputs: smallvec::SmallVec<[TensorId; 4]> = inputs.iter().map(|&t| id(t)).collect();

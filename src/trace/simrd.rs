@@ -10,7 +10,7 @@
 //! ignored). At the end every tensor still referenced is an output, pinned
 //! in the order its name first appeared.
 //!
-//! Lines are deserialized straight into [`Instruction`]s that borrow their
+//! Lines are deserialized straight into `Instruction`s that borrow their
 //! names from the text. A line the typed reader refuses (bad JSON, not an
 //! object, a repeated key, an object where a field's value should be) is
 //! read again as a `serde_json::Value`, which gives today's message or, for
@@ -700,16 +700,9 @@ impl<'t> Importer<'t> {
             ..
         } = *call;
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
-        let made = self.builder.apply(
-            line,
-            op.to_string(),
-            None,
-            inputs,
-            &outputs,
-            cost,
-            None,
-            &label,
-        )?;
+        let made = self
+            .builder
+            .apply(line, &op, None, inputs, &outputs, cost, None, &label)?;
         for (name, tensor) in results.into_iter().zip(made) {
             self.bind_new(line, name, tensor)?;
         }
@@ -732,16 +725,9 @@ impl<'t> Importer<'t> {
             .map(|&k| (self.builder.storage_bytes(inputs[k]), None, None))
             .collect();
         let label = |k: usize| format!("argument `{}` of `{op}`", args[k]);
-        let made = self.builder.apply(
-            line,
-            op.to_string(),
-            None,
-            inputs.clone(),
-            &outputs,
-            cost,
-            None,
-            &label,
-        )?;
+        let made =
+            self.builder
+                .apply(line, op, None, inputs.clone(), &outputs, cost, None, &label)?;
         for (&k, tensor) in mutated.iter().zip(made) {
             self.builder
                 .del(line, inputs[k], &format_args!("`{}`", args[k]))?;

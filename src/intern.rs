@@ -1,0 +1,78 @@
+//! Values held once and shared (`Arc`) by the many records that repeat
+//! them: the layouts of a graph's tensors, the output lists of a replay's
+//! recorded ops. At millions of tensors a shared copy is what keeps each
+//! record small.
+
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// The distinct values in use, each held once.
+#[derive(Debug)]
+pub struct Interner<T: ?Sized> {
+    held: HashSet<Arc<T>>,
+    /// Sweep out the copies no one else holds when the set reaches this size.
+    sweep_at: usize,
+}
+
+impl<T: ?Sized> Default for Interner<T> {
+    fn default() -> Interner<T> {
+        Interner {
+            held: HashSet::new(),
+            sweep_at: 0,
+        }
+    }
+}
+
+impl<T: ?Sized + Hash + Eq> Interner<T> {
+    /// The held copy equal to `value`, or `make()`'s, now held. Copies only
+    /// the interner holds are swept out once the set has doubled since the
+    /// last sweep (amortised O(1) per call).
+    pub fn get<Q>(&mut self, value: &Q, make: impl FnOnce() -> Arc<T>) -> Arc<T>
+    where
+        Arc<T>: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        if let Some(held) = self.held.get(value) {
+            return held.clone();
+        }
+        if self.held.len() >= self.sweep_at.max(1024) {
+            self.held.retain(|v| Arc::strong_count(v) > 1);
+            self.sweep_at = 2 * self.held.len();
+        }
+        let made = make();
+        self.held.insert(made.clone());
+        made
+    }
+
+    /// Distinct values held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether no value is held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_values_share_one_copy_and_unused_ones_are_swept() {
+        let mut interner: Interner<[u64]> = Interner::default();
+        let a = interner.get(&[1u64, 2][..], || Arc::from(&[1u64, 2][..]));
+        let b = interner.get(&[1u64, 2][..], || unreachable!("held already"));
+        assert!(Arc::ptr_eq(&a, &b));
+        for i in 0..5000u64 {
+            interner.get(&[i][..], || Arc::from(&[i][..]));
+        }
+        // Only `[1, 2]` is held elsewhere; the rest go at sweeps.
+        assert!(interner.len() < 3000);
+        let c = interner.get(&[1u64, 2][..], || unreachable!("kept: still used"));
+        assert!(Arc::ptr_eq(&a, &c));
+    }
+}
