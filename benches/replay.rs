@@ -1,81 +1,91 @@
-//! Replay speed on the DTR authors' logs: each log at ratio 0.5 with `dtr`
-//! (median of 5), and the whole grid of 8 logs × 6 heuristics × 9 ratios
-//! spread over all cores. Needs `../shared/traces/dtr-prototype` (or
-//! `DTR_PROTOTYPE_TRACES`); says so and exits when it is absent.
+//! Replay speed on the DTR authors' logs: each log at ratio 0.5 with `dtr`,
+//! and the whole grid of 8 logs × 6 heuristics × 9 ratios spread over all
+//! cores. Needs `../shared/traces/dtr-prototype` (or `DTR_PROTOTYPE_TRACES`);
+//! says so and benches nothing when it is absent.
 //!
-//! `cargo bench --bench replay`
+//! `cargo bench --bench replay` (any divan flag after `--`, such as a name
+//! filter).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::OnceLock;
 
+use divan::Bencher;
 use dtr::experiments::parallel_map;
 use dtr::trace::replay::{baseline, replay, Kernels};
 use dtr::trace::{simrd, Trace};
 use dtr::{Config, Interpreter, SimulatorBackend};
 
+fn main() {
+    divan::main();
+}
+
 const HEURISTICS: [&str; 6] = ["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size"];
 const RATIOS: [f64; 9] = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1];
 
-fn run(trace: &Trace, heuristic: &str, ratio: f64) -> f64 {
+/// The authors' logs, by their model's name, parsed once.
+fn traces() -> &'static [(String, Trace)] {
+    static TRACES: OnceLock<Vec<(String, Trace)>> = OnceLock::new();
+    TRACES.get_or_init(|| {
+        let dir = std::env::var_os("DTR_PROTOTYPE_TRACES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
+            });
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            eprintln!("skipped: {} not found (set DTR_PROTOTYPE_TRACES)", dir.display());
+            return Vec::new();
+        };
+        let mut logs: Vec<PathBuf> = entries
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        logs.iter()
+            .map(|path| {
+                let file = path.file_name().unwrap().to_string_lossy();
+                let name = file.split('-').next().unwrap().to_string();
+                let text = std::fs::read_to_string(path).unwrap();
+                let trace = simrd::parse(&name, &text).unwrap();
+                (name, trace)
+            })
+            .collect()
+    })
+}
+
+fn log_names() -> Vec<&'static str> {
+    traces().iter().map(|(name, _)| name.as_str()).collect()
+}
+
+/// An interpreter set up as the authors' simulator runs `heuristic` at
+/// `ratio` of `trace`'s peak.
+fn interpreter(trace: &Trace, heuristic: &str, ratio: f64) -> Interpreter<SimulatorBackend> {
     let base = baseline(trace);
     let config = Config::default()
         .with_budget_bytes((ratio * base.peak_bytes as f64).floor() as u64)
         .with_heuristic(heuristic)
         .with_simulator_conventions(true)
         .with_remat_limit(base.compute);
-    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).expect("known heuristic");
-    let started = Instant::now();
-    replay(trace, &mut dtr, Kernels::Recorded).expect("the authors' logs replay");
-    started.elapsed().as_secs_f64()
+    Interpreter::new(SimulatorBackend::new(), config).expect("known heuristic")
 }
 
-fn main() {
-    let dir = std::env::var_os("DTR_PROTOTYPE_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
-        });
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!(
-            "skipped: {} not found (set DTR_PROTOTYPE_TRACES)",
-            dir.display()
-        );
-        return;
-    };
-    let mut logs: Vec<PathBuf> = entries
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    logs.sort();
-    let traces: Vec<(String, Trace)> = logs
-        .iter()
-        .map(|path| {
-            let name = path
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .split('-')
-                .next()
-                .unwrap()
-                .to_string();
-            let started = Instant::now();
-            let trace = simrd::parse(&name, &std::fs::read_to_string(path).unwrap()).unwrap();
-            println!(
-                "parsed {name:<16} {:>7} events in {:>6.1} ms",
-                trace.events.len(),
-                started.elapsed().as_secs_f64() * 1e3
-            );
-            (name, trace)
-        })
-        .collect();
+fn run(trace: &Trace, mut dtr: Interpreter<SimulatorBackend>) {
+    replay(trace, &mut dtr, Kernels::Recorded).expect("the authors' logs replay");
+}
 
-    println!("\nreplay at ratio 0.5 with dtr (median of 5):");
-    for (name, trace) in &traces {
-        let mut times: Vec<f64> = (0..5).map(|_| run(trace, "dtr", 0.5)).collect();
-        times.sort_by(f64::total_cmp);
-        println!("  {name:<16} {:>8.2} ms", times[2] * 1e3);
-    }
+/// One log replayed at ratio 0.5 with `dtr` (the interpreter's setup is
+/// not timed).
+#[divan::bench(args = log_names(), sample_count = 10, sample_size = 1)]
+fn at_half_with_dtr(bencher: Bencher, log: &str) {
+    let (_, trace) = traces().iter().find(|(name, _)| name == log).unwrap();
+    bencher
+        .with_inputs(|| interpreter(trace, "dtr", 0.5))
+        .bench_local_values(|dtr| run(trace, dtr));
+}
 
+/// Every log × heuristic × ratio, spread over all cores.
+#[divan::bench(sample_count = 1, sample_size = 1)]
+fn whole_grid_on_all_cores(bencher: Bencher) {
+    let traces = traces();
     let cells: Vec<(usize, &str, f64)> = (0..traces.len())
         .flat_map(|t| {
             HEURISTICS
@@ -84,16 +94,10 @@ fn main() {
         })
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let started = Instant::now();
-    parallel_map(&cells, threads, &|_, _| {}, |&(t, h, r)| {
-        run(&traces[t].1, h, r)
+    bencher.bench(|| {
+        parallel_map(&cells, threads, &|_, _| {}, |&(t, h, r)| {
+            let trace = &traces[t].1;
+            run(trace, interpreter(trace, h, r))
+        })
     });
-    println!(
-        "\nwhole grid: {} replays ({} logs x {} heuristics x {} ratios) in {:.1} s on {threads} threads",
-        cells.len(),
-        traces.len(),
-        HEURISTICS.len(),
-        RATIOS.len(),
-        started.elapsed().as_secs_f64()
-    );
 }

@@ -2,18 +2,23 @@
 //! and for √N sampling. N independent recomputable storages of 1 KiB sit
 //! in a budget they fill exactly; each new 1 KiB op then evicts one.
 //!
-//! A second table times √N sampling at 10⁶ candidates after a warm-up of
+//! A third bench times √N sampling at 10⁶ candidates after a warm-up of
 //! evictions, once the per-storage caches of `dtr-eq` (each candidate's
-//! evicted neighbours) are filled, as they are in a long replay: the first
-//! table's few evictions mostly score candidates never scored before.
+//! evicted neighbours) are filled, as they are in a long replay: the other
+//! benches' few evictions mostly score candidates never scored before.
 //!
-//! `cargo bench --bench search`
+//! `cargo bench --bench search` (any divan flag after `--`, such as a name
+//! filter).
 
-use std::time::Instant;
+use divan::Bencher;
 
 use dtr::ops::{RecordedOp, RecordedOutput};
 use dtr::policy::Sampling;
 use dtr::{Config, Interpreter, Op, SimulatorBackend};
+
+fn main() {
+    divan::main();
+}
 
 fn kib_op(cost: u64) -> Op {
     Op::Recorded(RecordedOp {
@@ -30,8 +35,9 @@ fn kib_op(cost: u64) -> Op {
     })
 }
 
-/// Seconds per eviction with `n` candidates, timed after `warmup` evictions.
-fn per_eviction(n: usize, sampling: Sampling, warmup: usize, evictions: usize) -> f64 {
+/// Times one eviction per iteration: each iteration's new 1 KiB op evicts
+/// one of `n` candidates, after `warmup` evictions.
+fn evictions(bencher: Bencher, n: usize, sampling: Sampling, warmup: usize) {
     let config = Config::default()
         .with_heuristic("dtr-eq")
         .with_sampling(sampling)
@@ -42,39 +48,32 @@ fn per_eviction(n: usize, sampling: Sampling, warmup: usize, evictions: usize) -
             .unwrap();
     }
     dtr.set_budget_bytes(Some(dtr.memory().in_use_bytes));
-    for i in evictions..evictions + warmup {
-        dtr.apply_op(kib_op(1 + (i as u64 * 104_729) % 1000), &[])
-            .unwrap();
+    let mut i = 0u64;
+    let mut evict_one = || {
+        dtr.apply_op(kib_op(1 + (i * 104_729) % 1000), &[]).unwrap();
+        i += 1;
+    };
+    for _ in 0..warmup {
+        evict_one();
     }
-    let started = Instant::now();
-    for i in 0..evictions {
-        dtr.apply_op(kib_op(1 + (i as u64 * 104_729) % 1000), &[])
-            .unwrap();
-    }
-    assert_eq!(dtr.stats().evictions as usize, warmup + evictions);
-    started.elapsed().as_secs_f64() / evictions as f64
+    bencher.bench_local(evict_one);
+    assert_eq!(dtr.stats().evictions, i);
 }
 
-fn main() {
-    println!("| candidates | full scan | √N sampling | speedup |");
-    println!("|---:|---:|---:|---:|");
-    for n in [1_000, 10_000, 100_000, 1_000_000] {
-        let evictions = (20_000_000 / n).clamp(200, 5_000);
-        let full = per_eviction(n, Sampling::All, 0, evictions);
-        let sqrt = per_eviction(n, Sampling::Sqrt, 0, evictions);
-        println!(
-            "| {n} | {:.1} µs | {:.2} µs | {:.0}× |",
-            full * 1e6,
-            sqrt * 1e6,
-            full / sqrt
-        );
-    }
-    println!();
-    println!("| candidates | warm-up evictions | √N sampling, per eviction |");
-    println!("|---:|---:|---:|");
-    let n = 1_000_000;
-    for warmup in [0, 20_000, 100_000] {
-        let sqrt = per_eviction(n, Sampling::Sqrt, warmup, 5_000);
-        println!("| {n} | {warmup} | {:.2} µs |", sqrt * 1e6);
-    }
+const CANDIDATES: [usize; 4] = [1_000, 10_000, 100_000, 1_000_000];
+
+#[divan::bench(args = CANDIDATES)]
+fn full_scan(bencher: Bencher, candidates: usize) {
+    evictions(bencher, candidates, Sampling::All, 0);
+}
+
+#[divan::bench(args = CANDIDATES)]
+fn sqrt_sampling(bencher: Bencher, candidates: usize) {
+    evictions(bencher, candidates, Sampling::Sqrt, 0);
+}
+
+/// √N sampling at 10⁶ candidates after `warmup` evictions.
+#[divan::bench(args = [0, 20_000, 100_000])]
+fn sqrt_sampling_at_a_million_after(bencher: Bencher, warmup: usize) {
+    evictions(bencher, 1_000_000, Sampling::Sqrt, warmup);
 }
