@@ -342,24 +342,7 @@ fn sweep_checks_out_first_and_plot_reads_the_file_named() {
     }
     // A sweep would draw policies.png into --out: a trace there of that
     // name is refused before any run.
-    let trace = out.join("policies.png");
-    std::fs::copy("traces/mlp-small.jsonl", &trace).unwrap();
-    let (ok, _, stderr) = dtr(&[
-        "sweep",
-        trace.to_str().unwrap(),
-        "--ratios",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        !ok && stderr.contains("would overwrite the input"),
-        "{stderr}"
-    );
-    assert_eq!(
-        std::fs::read(&trace).unwrap(),
-        std::fs::read("traces/mlp-small.jsonl").unwrap()
-    );
+    sweep_refuses_to_overwrite(&out.join("policies.png"), &out);
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -722,26 +705,33 @@ fn an_interrupted_sweep_keeps_its_runs_and_resumes() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// A sweep's outputs never overwrite one of its traces.
-#[test]
-fn sweep_refuses_an_out_that_would_overwrite_a_trace() {
-    let dir = temp_dir("sweep-input");
-    let trace = dir.join("results.json");
-    std::fs::copy("traces/mlp-small.jsonl", &trace).unwrap();
-    let original = std::fs::read(&trace).unwrap();
+/// Copies a trace to `trace` and checks that a sweep of it into `out`
+/// refuses to run, leaving it as it was.
+fn sweep_refuses_to_overwrite(trace: &std::path::Path, out: &std::path::Path) {
+    std::fs::copy("traces/mlp-small.jsonl", trace).unwrap();
     let (ok, _, stderr) = dtr(&[
         "sweep",
         trace.to_str().unwrap(),
         "--ratios",
         "1",
         "--out",
-        dir.to_str().unwrap(),
+        out.to_str().unwrap(),
     ]);
     assert!(
         !ok && stderr.contains("would overwrite the input"),
         "{stderr}"
     );
-    assert_eq!(std::fs::read(&trace).unwrap(), original);
+    assert_eq!(
+        std::fs::read(trace).unwrap(),
+        std::fs::read("traces/mlp-small.jsonl").unwrap()
+    );
+}
+
+/// A sweep's outputs never overwrite one of its traces.
+#[test]
+fn sweep_refuses_an_out_that_would_overwrite_a_trace() {
+    let dir = temp_dir("sweep-input");
+    sweep_refuses_to_overwrite(&dir.join("results.json"), &dir);
     std::fs::remove_dir_all(dir).ok();
 }
 

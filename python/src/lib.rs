@@ -253,7 +253,7 @@ impl Engine {
             )));
         }
         let op = Op::Recorded(RecordedOp {
-            name,
+            name: name.into(),
             cost: cost.max(1),
             outputs: nbytes
                 .iter()
@@ -263,7 +263,7 @@ impl Engine {
                 })
                 .collect(),
             call,
-            module,
+            module: module.map(Into::into),
         });
         let inputs: SmallVec<[TensorId; 4]> = inputs.into_iter().map(tensor_id).collect();
         self.interp.backend_mut().ran = Some((call, outputs));
