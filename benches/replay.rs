@@ -32,7 +32,10 @@ fn traces() -> &'static [(String, Trace)] {
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/dtr-prototype")
             });
         let Ok(entries) = std::fs::read_dir(&dir) else {
-            eprintln!("skipped: {} not found (set DTR_PROTOTYPE_TRACES)", dir.display());
+            eprintln!(
+                "skipped: {} not found (set DTR_PROTOTYPE_TRACES)",
+                dir.display()
+            );
             return Vec::new();
         };
         let mut logs: Vec<PathBuf> = entries
