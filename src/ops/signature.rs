@@ -1,12 +1,12 @@
 //! Shape inference and cost estimates for every [`Op`].
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
 use super::{Op, ReduceOp, Window2d};
 use crate::error::{Error, Result};
+use crate::intern::Interner;
 use crate::shape::{broadcast_dims, broadcast_layout, checked_numel, resolve_axis, Dims, Layout};
 
 /// Bytes per element; every data-carrying backend stores f32.
@@ -57,36 +57,23 @@ pub struct Outputs(Arc<[OutputSpec]>);
 
 /// The distinct [`Outputs`] in use, each held once.
 #[derive(Debug, Default)]
-pub struct OutputsInterner {
-    set: HashSet<Outputs>,
-    /// Sweep out the copies no one else holds when the set reaches this size.
-    sweep_at: usize,
-}
+pub struct OutputsInterner(Interner<[OutputSpec]>);
 
 impl OutputsInterner {
-    /// The held copy equal to `outputs`, or `outputs` itself, now held.
-    /// Copies that only the interner holds are swept out once the set has
-    /// doubled since the last sweep (amortised O(1) per call).
+    /// The held copy equal to `outputs`, or `outputs` itself, now held (see
+    /// [`Interner::get`]).
     pub fn intern(&mut self, outputs: Outputs) -> Outputs {
-        if let Some(existing) = self.set.get(&outputs) {
-            return existing.clone();
-        }
-        if self.set.len() >= self.sweep_at.max(1024) {
-            self.set.retain(|o| Arc::strong_count(&o.0) > 1);
-            self.sweep_at = 2 * self.set.len();
-        }
-        self.set.insert(outputs.clone());
-        outputs
+        Outputs(self.0.get(&*outputs.0, || outputs.0.clone()))
     }
 
     /// Distinct outputs held.
     pub fn len(&self) -> usize {
-        self.set.len()
+        self.0.len()
     }
 
     /// Whether no outputs are held.
     pub fn is_empty(&self) -> bool {
-        self.set.is_empty()
+        self.0.is_empty()
     }
 }
 

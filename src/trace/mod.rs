@@ -12,13 +12,13 @@ pub mod recorder;
 pub mod replay;
 pub mod simrd;
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
+use crate::intern::Interner;
 use crate::ops::Op;
 use crate::shape::Dims;
 
@@ -356,7 +356,7 @@ pub(crate) struct TraceBuilder {
     /// never pay for it).
     shapes: Option<Vec<Option<Dims>>>,
     /// The op and module names seen, each held once and shared by the events.
-    names: HashSet<Arc<str>>,
+    names: Interner<str>,
 }
 
 impl TraceBuilder {
@@ -373,18 +373,13 @@ impl TraceBuilder {
             total_bytes: 0,
             total_cost: 0,
             shapes: None,
-            names: HashSet::new(),
+            names: Interner::default(),
         }
     }
 
     /// The shared copy of `name`.
     fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(held) = self.names.get(name) {
-            return held.clone();
-        }
-        let held: Arc<str> = name.into();
-        self.names.insert(held.clone());
-        held
+        self.names.get(name, || name.into())
     }
 
     /// Makes room for about `events` events (and as many tensors) at once,
