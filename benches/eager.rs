@@ -1,6 +1,8 @@
 //! The runtime's own cost: time per op through the interpreter and through
 //! the eager `Tensor` API on the data-free simulator (no kernels, no
-//! eviction), and an eager training step with and without a budget.
+//! eviction), an eager training step with and without a budget, and a deep
+//! model's step on the simulator evicting by the policy or by the last
+//! step's plan.
 //!
 //! `cargo bench --bench eager` (any divan flag after `--`, such as a name
 //! filter).
@@ -156,4 +158,57 @@ fn mlp_training_step(bencher: Bencher, budget_ratio: f64) {
     let mlp = Mlp::new(budget);
     mlp.step(); // the first step allocates the optimiser's state
     bencher.bench_local(|| mlp.step());
+}
+
+/// A deep MLP (256 × Linear(32), batch 256, SGD) on the data-free simulator,
+/// where a step costs only the runtime's own work.
+fn deep_mlp(budget: Option<u64>) -> (Session<SimulatorBackend>, Vec<nn::Linear<SimulatorBackend>>) {
+    let config = Config {
+        budget: budget.into(),
+        ..Config::default()
+    };
+    let session = Session::new(SimulatorBackend::new(), config).unwrap();
+    let mut rng = session.rng(0);
+    let layers = (0..1024)
+        .map(|_| nn::Linear::new(&session, 32, 32, &mut rng).unwrap())
+        .collect();
+    (session, layers)
+}
+
+fn deep_mlp_step(session: &Session<SimulatorBackend>, layers: &[nn::Linear<SimulatorBackend>]) {
+    let params: Vec<_> = layers.iter().flat_map(nn::Linear::params).collect();
+    let mut h = session.full(&[256, 32], 0.5).unwrap();
+    for layer in layers {
+        h = layer.forward(&h).unwrap().relu().unwrap();
+    }
+    let target = session.full(&[256], 1.0).unwrap();
+    h.cross_entropy(&target).unwrap().backward().unwrap();
+    optim::Sgd::new(0.01).step(&params).unwrap();
+}
+
+/// One step of the deep MLP at a third of its unbounded peak, evicting by
+/// the exact `dtr` policy (`false`) or by the previous step's plan
+/// (`true`: each step ends with `mark_step`).
+#[divan::bench(args = [false, true], sample_count = 10, sample_size = 1)]
+fn deep_mlp_step_evicting_by_plan(bencher: Bencher, by_plan: bool) {
+    let (session, layers) = deep_mlp(None);
+    deep_mlp_step(&session, &layers);
+    let budget = session.memory().peak_bytes / 3;
+    let (session, layers) = deep_mlp(Some(budget));
+    for _ in 0..3 {
+        deep_mlp_step(&session, &layers);
+        if by_plan {
+            session.mark_step().unwrap();
+        }
+    }
+    let planned = session.stats().planned_steps;
+    bencher.bench_local(|| {
+        deep_mlp_step(&session, &layers);
+        if by_plan {
+            session.mark_step().unwrap();
+        }
+    });
+    let stats = session.stats();
+    assert!(stats.evictions > 0);
+    assert_eq!(stats.planned_steps > planned, by_plan, "{stats:?}");
 }

@@ -172,6 +172,15 @@ fn gradients_accumulate_until_cleared_and_backward_runs_once() {
 
 /// A small GPT-style decoder trained with Adam.
 fn train_transformer(budget: Option<u64>, steps: usize) -> (Vec<f32>, u64, dtr::Stats, usize) {
+    train_transformer_marking(budget, steps, false)
+}
+
+/// [`train_transformer`], marking the end of each step when `mark_steps`.
+fn train_transformer_marking(
+    budget: Option<u64>,
+    steps: usize,
+    mark_steps: bool,
+) -> (Vec<f32>, u64, dtr::Stats, usize) {
     let config = Config::default().with_budget(budget.into());
     let s = Session::new(CpuBackend::new(), config).unwrap();
     let mut rng = s.rng(3);
@@ -216,11 +225,37 @@ fn train_transformer(budget: Option<u64>, steps: usize) -> (Vec<f32>, u64, dtr::
         losses.push(loss.item().unwrap());
         loss.backward().unwrap();
         adam.step(&params).unwrap();
+        if mark_steps {
+            s.mark_step().unwrap();
+        }
     }
     let (peak, stats) = (s.memory().peak_bytes, s.stats());
     drop((embed, blocks, norm, head, params, adam, mask, x, y));
     let left = s.with_interpreter(|dtr| dtr.tracked_tensors());
     (losses, peak, stats, left)
+}
+
+#[test]
+fn repeated_steps_follow_the_last_steps_plan_bitwise_like_unbounded() {
+    let steps = 6;
+    let (baseline, peak, _, _) = train_transformer(None, steps);
+    for ratio in [0.5, 0.3] {
+        let budget = (peak as f64 * ratio) as u64;
+        let (losses, budgeted_peak, stats, left) =
+            train_transformer_marking(Some(budget), steps, true);
+        assert!(budgeted_peak <= budget, "ratio {ratio}");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&losses), bits(&baseline), "ratio {ratio}");
+        assert_eq!(left, 0);
+        assert_eq!(stats.steps, steps as u64);
+        // The first marked step records; every later one repeats it.
+        assert_eq!(
+            stats.planned_steps,
+            steps as u64 - 2,
+            "ratio {ratio}: {stats:?}"
+        );
+        assert!(stats.rematerializations > 0, "ratio {ratio} recomputes");
+    }
 }
 
 #[test]

@@ -575,3 +575,69 @@ fn preserving_dependents_materialises_and_detaches_them() {
     assert!(dtr.preserve_dependents(x).unwrap().is_empty());
     dtr.check_invariants().unwrap();
 }
+
+/// One step of a chain of `length` ops on `x`, reading back the last one:
+/// the evictions under a tight budget follow from its shape alone.
+fn chain_step(dtr: &mut Interpreter<CpuBackend>, x: TensorId, length: usize) -> Vec<f32> {
+    let mut tensors = vec![x];
+    for k in 0..length {
+        let last = *tensors.last().unwrap();
+        tensors.push(add_scalar(dtr, last, k as f32));
+    }
+    let value = dtr.get_value(*tensors.last().unwrap()).unwrap();
+    for &t in &tensors[1..] {
+        dtr.del(t).unwrap();
+    }
+    value
+}
+
+#[test]
+fn marked_steps_follow_the_last_step_until_the_program_or_the_budget_changes() {
+    let mut dtr = interpreter(Config::default().with_budget_bytes(5 * 4));
+    let x = dtr.put(&[1.0], &[1]).unwrap();
+    let mut followed = Vec::new();
+    for length in [8, 8, 8, 9, 9, 9] {
+        let before = dtr.stats().planned_steps;
+        assert_eq!(
+            chain_step(&mut dtr, x, length),
+            vec![1.0 + (0..length).sum::<usize>() as f32]
+        );
+        dtr.mark_step().unwrap();
+        followed.push(dtr.stats().planned_steps > before);
+    }
+    // The first step runs before any mark; the second is recorded; a longer
+    // chain departs from its plan and is learnt in turn.
+    assert_eq!(followed, [false, false, true, false, true, true]);
+    // Planned evictions have no score: no policy chose them.
+    let scores: Vec<bool> = dtr
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Evict { score, .. } => Some(score.is_some()),
+            _ => None,
+        })
+        .collect();
+    assert!(scores.iter().any(|&scored| scored) && scores.iter().any(|&scored| !scored));
+
+    // A new budget drops the plan: the next step runs the policy again.
+    dtr.set_budget_bytes(Some(6 * 4));
+    for expected in [false, false, true] {
+        let before = dtr.stats().planned_steps;
+        chain_step(&mut dtr, x, 9);
+        dtr.mark_step().unwrap();
+        assert_eq!(dtr.stats().planned_steps > before, expected);
+    }
+    assert_eq!(dtr.stats().steps, 9);
+    dtr.check_invariants().unwrap();
+}
+
+#[test]
+fn marking_steps_while_a_static_plan_is_recorded_is_an_error() {
+    let mut dtr = interpreter(Config::default().with_budget_bytes(64));
+    dtr.record_plan().unwrap();
+    let error = dtr.mark_step().unwrap_err();
+    assert!(
+        matches!(error, Error::InvalidArgument(ref m) if m.contains("static plan")),
+        "{error}"
+    );
+}

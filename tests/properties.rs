@@ -154,14 +154,32 @@ impl Runner {
     }
 
     fn run(&mut self, program: &[Step]) -> Observed {
+        self.run_steps(&[program], false).0
+    }
+
+    /// Runs each program as one step, releasing its tensors at its end and
+    /// then, when `mark`, marking the step's end. Also gives the counters
+    /// and the budget after each step.
+    fn run_steps(
+        &mut self,
+        steps: &[&[Step]],
+        mark: bool,
+    ) -> (Observed, Vec<(dtr::Stats, Option<u64>)>) {
         let mut reads = Vec::new();
-        for step in program {
-            self.step(step, &mut reads).unwrap();
-            self.dtr.check_invariants().unwrap();
-            self.check_budget();
-        }
-        for t in std::mem::take(&mut self.live) {
-            self.dtr.del(t).unwrap();
+        let mut stats = Vec::new();
+        for program in steps {
+            for step in *program {
+                self.step(step, &mut reads).unwrap();
+                self.dtr.check_invariants().unwrap();
+                self.check_budget();
+            }
+            for t in std::mem::take(&mut self.live) {
+                self.dtr.del(t).unwrap();
+            }
+            if mark {
+                self.dtr.mark_step().unwrap();
+            }
+            stats.push((self.dtr.stats().clone(), self.budget));
         }
         let (gamma, beta) = self.gamma_beta;
         self.dtr.del(gamma).unwrap();
@@ -172,7 +190,7 @@ impl Runner {
             assert_eq!(self.dtr.memory().in_use_bytes, 0, "memory leaked");
             assert_eq!(self.dtr.memory().host_bytes, 0, "host copies leaked");
         }
-        Observed { reads }
+        (Observed { reads }, stats)
     }
 
     fn step(&mut self, step: &Step, reads: &mut Vec<Vec<u32>>) -> Result<(), Error> {
@@ -450,6 +468,56 @@ fn cached_dtr_forgets_a_rematerialised_storage_freed_before_the_next_pass() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES / 4))]
+
+    /// Marked steps: a step that repeats the one before makes exactly its
+    /// evictions, by plan (same compute), and one that departs falls back
+    /// to the policy; values always equal the unbounded run's, within the
+    /// budget (the runner checks it after every instruction).
+    #[test]
+    fn marked_steps_repeat_the_last_step_or_fall_back(
+        program in prop::collection::vec(step(), 1..60),
+        other in prop::collection::vec(step(), 1..60),
+        // The step that runs `other` instead (5: none).
+        detour in 1usize..6,
+        budget_fraction in 0.05f64..1.0,
+        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "msps", "lru", "random", "coop"]),
+        eager in any::<bool>(),
+        arena in any::<bool>(),
+    ) {
+        let memory = if arena { MemoryModel::arena() } else { MemoryModel::Counter };
+        let base = Config::default()
+            .with_heuristic(heuristic)
+            .with_eager_eviction(eager)
+            .with_memory(memory);
+        let steps: Vec<&[Step]> = (0..5)
+            .map(|k| if k == detour { &other[..] } else { &program[..] })
+            .collect();
+        let mut unbounded = Runner::new(base.clone());
+        let (expected, _) = unbounded.run_steps(&steps, false);
+        let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
+
+        let mut bounded = Runner::new(base.with_budget_bytes(budget));
+        let (observed, stats) = bounded.run_steps(&steps, true);
+        prop_assert_eq!(observed, expected);
+        // Steps 0 (before the first mark) and 1 (recorded) run the policy.
+        for k in 2..steps.len() {
+            let ((earlier, budget), (before, _), (now, budget_now)) =
+                (&stats[k - 2], &stats[k - 1], &stats[k]);
+            let policy_evictions = |s: &dtr::Stats| s.evictions - s.eager_evictions;
+            let recorded = policy_evictions(before) - policy_evictions(earlier);
+            // An out-of-memory raises the budget, which drops the plan.
+            let same_budget = budget == budget_now;
+            if k - 1 == detour || k == detour || recorded == 0 || !same_budget {
+                continue;
+            }
+            prop_assert_eq!(now.planned_steps, before.planned_steps + 1, "step {} follows", k);
+            prop_assert_eq!(
+                now.compute - before.compute,
+                before.compute - earlier.compute,
+                "step {} repeats step {}'s compute", k, k - 1
+            );
+        }
+    }
 
     /// A static plan recorded from a budgeted run reruns the program with
     /// no policy, every allocation at its planned offset, to the same values

@@ -346,6 +346,13 @@ impl Engine {
             .map_err(|error| PyOSError::new_err(format!("writing the trace failed: {error}")))
     }
 
+    /// Ends a training step: the next steps evict by this step's plan
+    /// while they repeat it (see `Interpreter::mark_step`).
+    fn mark_step(&mut self) -> PyResult<()> {
+        let result = self.interp.mark_step();
+        self.check(result)
+    }
+
     /// Changes the budget (`None`: unbounded).
     fn set_budget(&mut self, budget_bytes: Option<u64>) {
         self.interp.set_budget_bytes(budget_bytes);
@@ -369,6 +376,8 @@ impl Engine {
         dict.set_item("eager_evictions", stats.eager_evictions)?;
         dict.set_item("rematerializations", stats.rematerializations)?;
         dict.set_item("lock_relaxations", stats.lock_relaxations)?;
+        dict.set_item("steps", stats.steps)?;
+        dict.set_item("planned_steps", stats.planned_steps)?;
         dict.set_item("engine_ops", stats.ops)?;
         dict.set_item("compute_ns", stats.compute)?;
         dict.set_item("remat_compute_ns", stats.remat_compute)?;

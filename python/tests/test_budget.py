@@ -11,10 +11,11 @@ import dtr.torch as dtr_torch  # noqa: E402
 MiB = 2**20
 
 
-def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0):
-    """Trains a copy of `model` one step per batch; returns the losses, the
-    gradients of every step, the final parameters, the session (or None)
-    and the next numbers of the global generator."""
+def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_steps=False):
+    """Trains a copy of `model` one step per batch (ending each with
+    `mark_step` when `mark_steps`); returns the losses, the gradients of
+    every step, the final parameters, the session (or None) and the next
+    numbers of the global generator."""
     model = copy.deepcopy(model)
     optimizer = make_optimizer(model.parameters())
     losses, grads = [], []
@@ -28,10 +29,14 @@ def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0):
             optimizer.step()
             optimizer.zero_grad()
             losses.append(torch.from_numpy(loss.detach().numpy().copy()))
+            if mark_steps:
+                import gc; gc.collect()
+                session.mark_step()
 
     torch.manual_seed(seed)
     session = None
     if limit == "stock":
+        assert not mark_steps
         steps()
     else:
         with dtr_torch.budget(limit) as session:
@@ -132,6 +137,47 @@ def test_training_under_a_budget_is_bitwise_equal(name):
         stats = run[3].stats()
         assert stats["peak_bytes"] <= budget, (ratio, stats)
         assert stats["evictions"] > 0 and stats["rematerializations"] > 0, stats
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_marked_steps_train_bitwise_like_stock(name):
+    model, make_optimizer, batches, loss = MODELS[name]()
+    batches = batches * 2  # the same shapes again: a repeating step
+    stock = train(model, make_optimizer, batches, loss)
+    peak = train(model, make_optimizer, batches[:2], loss, limit=None)[3].stats()["peak_bytes"]
+    budget = int(peak * 0.5)
+    run = train(model, make_optimizer, batches, loss, limit=budget, mark_steps=True)
+    assert_bitwise(stock, run)
+    stats = run[3].stats()
+    assert stats["peak_bytes"] <= budget, stats
+    assert stats["steps"] == len(batches), stats
+
+
+def test_a_repeating_step_follows_the_last_steps_plan():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[layer for _ in range(24)
+                                  for layer in (torch.nn.Linear(32, 32), torch.nn.ReLU())])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(2048, 32)
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.item()
+
+    with dtr_torch.budget(None) as session:
+        step()
+    budget = session.stats()["peak_bytes"] // 2
+    with dtr_torch.budget(budget) as session:
+        for _ in range(6):
+            step()
+            session.mark_step()
+    stats = session.stats()
+    assert stats["peak_bytes"] <= budget, stats
+    # The first marked step is recorded; the later ones repeat it.
+    assert stats["planned_steps"] >= 3, stats
 
 
 def test_stats_have_the_documented_fields():

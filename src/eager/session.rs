@@ -96,6 +96,13 @@ impl<B: Backend> Session<B> {
         self.shared.interpreter.borrow().stats().clone()
     }
 
+    /// Marks the end of a training step: while the program repeats it, the
+    /// next steps make this step's evictions by plan, with no policy (see
+    /// [`Interpreter::mark_step`]). The first call starts recording.
+    pub fn mark_step(&self) -> Result<()> {
+        self.with_interpreter(|dtr| dtr.mark_step())
+    }
+
     /// Changes the budget (`None`: unbounded).
     pub fn set_budget_bytes(&self, budget: Option<u64>) {
         self.with_interpreter(|dtr| dtr.set_budget_bytes(budget));

@@ -1,7 +1,7 @@
 //! Making room: the AutoEvict loop, eviction itself (the storage table
 //! frees the bytes; this records it), and out-of-memory errors.
 
-use super::{Interpreter, RunEvent};
+use super::{steps, Interpreter, RunEvent};
 use crate::backend::Backend;
 use crate::config::RestoreMode;
 use crate::error::{Error, Result};
@@ -34,12 +34,25 @@ impl<B: Backend> Interpreter<B> {
         if self.follows_plan() {
             return self.reserve_as_planned(sizes, purpose);
         }
+        match self.reserve_by_step_plan(sizes) {
+            steps::Planned::No => {}
+            steps::Planned::Room(blocks) => {
+                self.step_request_done(sizes, false);
+                return Ok(blocks);
+            }
+            steps::Planned::OutOfMemory => {
+                self.step_request_done(sizes, true);
+                let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+                return Err(self.out_of_memory(requested, purpose));
+            }
+        }
         let mut held_back: Vec<StorageId> = Vec::new();
         let result = self.reserve_holding_back(sizes, purpose, &mut held_back);
         for storage in held_back {
             self.table.refresh_candidacy(&self.graph, storage);
         }
         self.schedule_reserved(result.is_err());
+        self.step_request_done(sizes, result.is_err());
         result
     }
 
@@ -89,6 +102,7 @@ impl<B: Backend> Interpreter<B> {
                     continue;
                 }
                 self.evict(victim, false, victims.score);
+                self.step_victim(victim);
             }
         }
     }

@@ -4,7 +4,9 @@
 //! Module map: this file holds the public instructions; `materialize`
 //! (re)computes nodes on an explicit stack; `eviction` makes room and keeps
 //! the candidate pool; `release` handles dropped handles (eager eviction and
-//! real frees); `storage` owns where every storage's bytes are.
+//! real frees); `storage` owns where every storage's bytes are; `schedule`
+//! records and follows static plans, and `steps` repeats the last marked
+//! step's evictions.
 
 mod eviction;
 mod materialize;
@@ -12,6 +14,7 @@ mod observer;
 mod release;
 mod schedule;
 mod stats;
+mod steps;
 mod storage;
 mod swap;
 
@@ -60,6 +63,8 @@ pub struct Interpreter<B: Backend> {
     copies: swap::CopyQueue,
     /// A static plan being recorded or followed.
     schedule: Option<schedule::Schedule>,
+    /// The last step's evictions, once the program marks steps.
+    steps: Option<steps::StepPlans>,
 }
 
 /// Bytes in use, their high-water mark and the budget; in arena mode also
@@ -133,6 +138,7 @@ impl<B: Backend> Interpreter<B> {
             config,
             copies: swap::CopyQueue::default(),
             schedule: None,
+            steps: None,
         })
     }
 
@@ -268,6 +274,7 @@ impl<B: Backend> Interpreter<B> {
             signature.cost = cost;
         }
         let node = self.insert_node(op, inputs, signature);
+        self.step_op(node);
         if let Err(error) = self.materialize(node, true) {
             self.remove_failed_node(node);
             return Err(error);
@@ -424,6 +431,7 @@ impl<B: Backend> Interpreter<B> {
     pub fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {
         self.table.set_budget_bytes(budget_bytes);
         self.config.budget = budget_bytes.into();
+        self.drop_step_plan();
     }
 
     /// The shape of a tensor the user holds.

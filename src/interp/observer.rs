@@ -121,6 +121,13 @@ pub enum RunEvent<'a> {
         /// The error the instruction returns.
         error: &'a Error,
     },
+    /// The program marked the end of a step
+    /// ([`crate::Interpreter::mark_step`]).
+    StepEnded {
+        /// The step made every eviction of the previous step's plan and
+        /// no other: no policy ran.
+        followed: bool,
+    },
 }
 
 /// Follows a run's events. Install one with
@@ -177,6 +184,10 @@ impl Observer for Stats {
             RunEvent::HostCopied { .. } => self.host_copies += 1,
             RunEvent::SwappedIn { .. } => self.swap_ins += 1,
             RunEvent::Stalled { cost } => add(&mut self.swap_stall, cost),
+            RunEvent::StepEnded { followed } => {
+                self.steps += 1;
+                self.planned_steps += u64::from(followed);
+            }
             RunEvent::Put { .. }
             | RunEvent::Instruction { .. }
             | RunEvent::Thrashing { .. }

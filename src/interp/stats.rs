@@ -30,6 +30,11 @@ pub struct Stats {
     pub host_copies: u64,
     /// Time compute waited for the copy queue (cost units).
     pub swap_stall: u64,
+    /// Steps the program marked ([`crate::Interpreter::mark_step`]).
+    pub steps: u64,
+    /// Steps that made exactly the previous step's evictions, by its plan,
+    /// with no policy.
+    pub planned_steps: u64,
 }
 
 impl Stats {

@@ -380,6 +380,16 @@ class Session:
         stats["tracked_storages"] = len(self._slots)
         return stats
 
+    def mark_step(self) -> None:
+        """Ends a training step. While the program repeats it, the next steps
+        make this step's evictions by plan, with no policy; a step that departs
+        from the plan falls back to the policy and becomes the next plan.
+        ``stats()["planned_steps"]`` counts the steps that followed a plan."""
+        if self._engine is None:
+            raise RuntimeError("the dtr session is closed")
+        self._drain()
+        self._engine.mark_step()
+
     def check(self) -> None:
         """Checks the engine's invariants (for tests)."""
         if self._engine is not None:

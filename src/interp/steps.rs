@@ -1,0 +1,319 @@
+//! Step plans: a training loop runs the same step again and again, so the
+//! evictions one step's policy chose can be made by the next step with no
+//! policy at all (no scoring, no search).
+//!
+//! Every step is recorded: for each request for memory that evicted, which
+//! storages it evicted, each named by the op of the step that made it (its
+//! position among the step's ops) and the output. The next step follows
+//! that record while the program repeats it: at each recorded request it
+//! checks that the same ops came before (their count, and a fingerprint of
+//! their names and sizes) and the same bytes are asked, evicts the recorded
+//! victims, and takes the room. The moment the step departs from it — other
+//! ops, other sizes, a victim that cannot be evicted, or room still short —
+//! the policy takes over for the rest of the step, and that step's record
+//! becomes the plan of the next. Eviction never changes values, so a plan
+//! that does not fit any more costs recomputation, never correctness.
+
+use std::hash::BuildHasher;
+
+use slotmap::SecondaryMap;
+
+use super::{Interpreter, RunEvent};
+use crate::backend::Backend;
+use crate::graph::{NodeId, StorageId, TensorId};
+use crate::memory::Block;
+
+/// A storage a step evicted, as the next step can name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    /// Output `output` of the step's op number `op` (counted from 0).
+    Made { op: u32, output: u32 },
+    /// A tensor made before the step (the same tensor in the next step, if
+    /// it is still there).
+    Earlier(TensorId),
+}
+
+/// One request for memory of a step that evicted.
+#[derive(Debug, Clone, PartialEq)]
+struct StepReservation {
+    /// Its position among the step's requests.
+    request: u32,
+    /// Ops applied in the step before it.
+    ops: u32,
+    /// The fingerprint of those ops.
+    fingerprint: u64,
+    /// Bytes asked for.
+    bytes: u64,
+    /// What it evicted, in order.
+    victims: Vec<Victim>,
+    /// It then ran out of memory (an op that then got room by relaxing
+    /// locks asks again).
+    out_of_memory: bool,
+}
+
+/// The last step's record (the plan) and the step under way.
+#[derive(Default)]
+pub(super) struct StepPlans {
+    /// The previous step's evicting requests, followed by this step.
+    plan: Vec<StepReservation>,
+    /// How many of `plan`'s requests this step has matched; `None` once it
+    /// departed from the plan (or there was none).
+    followed: Option<usize>,
+    /// This step's evicting requests so far: the next step's plan.
+    record: Vec<StepReservation>,
+    /// Requests for memory made in this step.
+    requests: u32,
+    /// This step's ops, by position, and each one's position.
+    ops: Vec<NodeId>,
+    positions: SecondaryMap<NodeId, u32>,
+    /// A running hash of this step's ops (names and output bytes).
+    fingerprint: u64,
+    /// The budget changed during this step: its record is no plan.
+    budget_changed: bool,
+}
+
+impl StepPlans {
+    /// Starts a step that follows `plan` (when it has one).
+    fn next_step(&mut self, plan: Vec<StepReservation>) {
+        *self = StepPlans {
+            followed: Some(0),
+            plan,
+            ops: std::mem::take(&mut self.ops),
+            positions: std::mem::take(&mut self.positions),
+            ..StepPlans::default()
+        };
+        self.ops.clear();
+        self.positions.clear();
+    }
+
+    /// What the plan says of the request under way, for `bytes`.
+    fn planned_now(&self, bytes: u64) -> PlanSays<'_> {
+        let Some(followed) = self.followed else {
+            return PlanSays::Nothing;
+        };
+        let Some(next) = self.plan.get(followed) else {
+            return PlanSays::FitAsIs;
+        };
+        if next.request > self.requests {
+            return PlanSays::FitAsIs;
+        }
+        let same = next.request == self.requests
+            && next.ops == self.ops.len() as u32
+            && next.fingerprint == self.fingerprint
+            && next.bytes == bytes;
+        if same {
+            PlanSays::Evict(next)
+        } else {
+            PlanSays::Departed("another request than the plan's")
+        }
+    }
+}
+
+/// What the plan says of one request for memory.
+enum PlanSays<'a> {
+    /// No plan is followed.
+    Nothing,
+    /// The plan evicted nothing for it: it fits as it is.
+    FitAsIs,
+    /// Evict its victims, then it fits (or runs out of memory, as recorded).
+    Evict(&'a StepReservation),
+    /// The step is not the plan's any more.
+    Departed(&'static str),
+}
+
+/// What a step plan says of one request for memory.
+pub(super) enum Planned {
+    /// Not following a plan (none, or the step departed from it).
+    No,
+    /// The plan made room for it: these blocks.
+    Room(Vec<Block>),
+    /// The plan evicted what the recorded step did, which then ran out of
+    /// memory here (and went on by relaxing locks).
+    OutOfMemory,
+}
+
+impl<B: Backend> Interpreter<B> {
+    /// Ends a step of a program that repeats (a training step). Each step
+    /// after the first mark is recorded: which storages each request for
+    /// memory evicted. The next step follows that record with no policy
+    /// while it repeats the step (the same ops, sizes and requests) and the
+    /// recorded victims can be evicted; from the first difference the
+    /// policy takes over for the rest of the step, and that step's record
+    /// becomes the plan. Values never depend on it; [`Stats::planned_steps`]
+    /// counts the steps that followed their plan to the end. Changing the
+    /// budget drops the plan. An error while a static plan is recorded or
+    /// followed ([`Interpreter::record_plan`]).
+    ///
+    /// [`Stats::planned_steps`]: crate::Stats::planned_steps
+    pub fn mark_step(&mut self) -> crate::Result<()> {
+        if self.schedule.is_some() {
+            return Err(crate::Error::InvalidArgument(
+                "mark_step: a static plan is being recorded or followed".into(),
+            ));
+        }
+        let steps = self.steps.get_or_insert_with(Default::default);
+        let followed = steps.followed == Some(steps.plan.len()) && !steps.plan.is_empty();
+        let plan = if steps.budget_changed {
+            Vec::new()
+        } else {
+            std::mem::take(&mut steps.record)
+        };
+        steps.next_step(plan);
+        self.observers
+            .notify(&RunEvent::StepEnded { followed }, &self.graph);
+        Ok(())
+    }
+
+    /// Forgets the step plan (the budget changed, so the old choices may no
+    /// longer fit or may waste the new room).
+    pub(super) fn drop_step_plan(&mut self) {
+        if let Some(steps) = &mut self.steps {
+            steps.plan.clear();
+            steps.followed = None;
+            steps.budget_changed = true;
+        }
+    }
+
+    /// Notes an op the program applied, for naming victims and checking
+    /// that a step repeats the plan's.
+    pub(super) fn step_op(&mut self, node: NodeId) {
+        let Some(steps) = &mut self.steps else {
+            return;
+        };
+        let info = &self.graph.nodes[node];
+        let position = steps.ops.len() as u32;
+        steps.ops.push(node);
+        steps.positions.insert(node, position);
+        let state = foldhash::fast::FixedState::with_seed(steps.fingerprint);
+        steps.fingerprint = state.hash_one((info.op.name(), info.signature.output_bytes()));
+    }
+
+    /// A request for `sizes` as the step plan says: when the plan's next
+    /// evicting request is this one, evicts its victims and takes the room.
+    /// Anything else (a different request, a victim gone or not evictable,
+    /// room still short) ends following for this step: the policy makes
+    /// the room, from the state the plan's evictions left.
+    pub(super) fn reserve_by_step_plan(&mut self, sizes: &[u64]) -> Planned {
+        let Some(steps) = &self.steps else {
+            return Planned::No;
+        };
+        let bytes = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+        let (victims, out_of_memory) = match steps.planned_now(bytes) {
+            PlanSays::Nothing => return Planned::No,
+            PlanSays::Departed(why) => return self.depart_from_step_plan(why),
+            PlanSays::FitAsIs => {
+                return match self.table.reserve(sizes) {
+                    Some(blocks) => Planned::Room(blocks),
+                    None => self.depart_from_step_plan(
+                        "a request the plan made room for without evicting does not fit",
+                    ),
+                };
+            }
+            PlanSays::Evict(planned) => (planned.victims.clone(), planned.out_of_memory),
+        };
+        for victim in victims {
+            match self.step_victim_storage(victim) {
+                Some(storage) if self.table.pool().contains(storage) => {
+                    self.evict(storage, false, None);
+                    self.step_victim(storage);
+                }
+                _ => return self.depart_from_step_plan("a planned victim is not evictable"),
+            }
+        }
+        let room = if out_of_memory {
+            Planned::OutOfMemory
+        } else {
+            match self.table.reserve(sizes) {
+                Some(blocks) => Planned::Room(blocks),
+                None => return self.depart_from_step_plan("the planned victims did not make room"),
+            }
+        };
+        if let Some(StepPlans {
+            followed: Some(followed),
+            ..
+        }) = &mut self.steps
+        {
+            *followed += 1;
+        }
+        room
+    }
+
+    fn depart_from_step_plan(&mut self, why: &'static str) -> Planned {
+        if let Some(steps) = &mut self.steps {
+            tracing::debug!(target: "dtr::evict", why, request = steps.requests, "the step departs from its plan; the policy takes over");
+            steps.followed = None;
+        }
+        Planned::No
+    }
+
+    /// The storage a plan's victim names now, if it exists.
+    fn step_victim_storage(&self, victim: Victim) -> Option<StorageId> {
+        let tensor = match victim {
+            Victim::Made { op, output } => {
+                let node = *self.steps.as_ref()?.ops.get(op as usize)?;
+                (*self.graph.nodes.get(node)?.outputs.get(output as usize)?)?
+            }
+            Victim::Earlier(tensor) => tensor,
+        };
+        Some(self.graph.tensors.get(tensor)?.storage)
+    }
+
+    /// Notes a storage the policy or the plan evicted for the request under way.
+    pub(super) fn step_victim(&mut self, storage: StorageId) {
+        let Some(steps) = &mut self.steps else {
+            return;
+        };
+        let root = self.graph.storages[storage].tensors[0];
+        let made = self.graph.tensors[root]
+            .producer
+            .and_then(|(node, output)| Some((*steps.positions.get(node)?, output)));
+        let victim = match made {
+            Some((op, output)) => Victim::Made {
+                op,
+                output: output as u32,
+            },
+            None => Victim::Earlier(root),
+        };
+        let request = steps.requests;
+        match steps.record.last_mut() {
+            Some(open) if open.request == request => open.victims.push(victim),
+            _ => {
+                let reservation = StepReservation {
+                    request,
+                    ops: steps.ops.len() as u32,
+                    fingerprint: steps.fingerprint,
+                    bytes: 0, // set when the request ends
+                    victims: vec![victim],
+                    out_of_memory: false,
+                };
+                steps.record.push(reservation);
+            }
+        }
+    }
+
+    /// Ends a request for `sizes` of memory (`failed`: out of memory).
+    pub(super) fn step_request_done(&mut self, sizes: &[u64], failed: bool) {
+        let Some(steps) = &mut self.steps else {
+            return;
+        };
+        let bytes = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+        let open = steps
+            .record
+            .last()
+            .is_some_and(|open| open.request == steps.requests);
+        if failed && !open {
+            steps.record.push(StepReservation {
+                request: steps.requests,
+                ops: steps.ops.len() as u32,
+                fingerprint: steps.fingerprint,
+                bytes,
+                victims: Vec::new(),
+                out_of_memory: true,
+            });
+        } else if let (true, Some(open)) = (open, steps.record.last_mut()) {
+            open.bytes = bytes;
+            open.out_of_memory = failed;
+        }
+        steps.requests += 1;
+    }
+}
