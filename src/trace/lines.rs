@@ -4,12 +4,13 @@
 //! it does. So the text is cut into chunks of whole lines that this thread
 //! and one helper claim in turn and deserialize, while this thread hands
 //! each chunk's lines, in file order, to the importer as soon as the chunk
-//! is ready. Whoever finds nothing ready reads the next unclaimed chunk
-//! instead of waiting, so the work balances itself whether or not the
-//! helper gets a core. The result is the one a single thread gives.
+//! is ready. This thread never waits: finding the next chunk not ready, it
+//! reads the next unclaimed one, or, when none is left, the one the helper
+//! is still reading; so the work balances itself whether or not the helper
+//! gets a core. The result is the one a single thread gives.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use super::numbered_lines;
 
@@ -98,7 +99,6 @@ pub(crate) fn read_in_order<'t, T: Send>(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let done: Mutex<Vec<Option<Chunk<T>>>> = Mutex::new((0..n).map(|_| None).collect());
-    let ready = Condvar::new();
     // Reads the next unclaimed chunk; false when none is left.
     let claim = || {
         let index = next.fetch_add(1, Ordering::Relaxed);
@@ -107,7 +107,6 @@ pub(crate) fn read_in_order<'t, T: Send>(
         }
         let chunk = read_chunk(chunks[index], &read);
         done.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(chunk);
-        ready.notify_all();
         true
     };
     std::thread::scope(|scope| {
@@ -118,20 +117,16 @@ pub(crate) fn read_in_order<'t, T: Send>(
         let mut offset = 0;
         let mut result = Ok(());
         for index in 0..n {
-            let chunk = 'wait: loop {
+            let chunk = loop {
                 let taken = done.lock().unwrap_or_else(PoisonError::into_inner)[index].take();
                 if let Some(chunk) = taken {
                     break chunk;
                 }
                 if !claim() {
-                    // All claimed: the helper is reading this one.
-                    let mut done = done.lock().unwrap_or_else(PoisonError::into_inner);
-                    loop {
-                        if let Some(chunk) = done[index].take() {
-                            break 'wait chunk;
-                        }
-                        done = ready.wait(done).unwrap_or_else(PoisonError::into_inner);
-                    }
+                    // All claimed, this one by the helper, still reading
+                    // it: read it again here rather than wait for a thread
+                    // that may have lost its core (its copy goes unused).
+                    break read_chunk(chunks[index], &read);
                 }
             };
             match hand_over(offset, chunk) {
