@@ -11,7 +11,9 @@ use std::sync::Arc;
 /// The distinct values in use, each held once.
 #[derive(Debug)]
 pub struct Interner<T: ?Sized> {
-    held: HashSet<Arc<T>>,
+    /// Hashed with foldhash: the keys are op names and short lists, looked
+    /// up once per op, where SipHash's cost showed in whole-run profiles.
+    held: HashSet<Arc<T>, foldhash::fast::RandomState>,
     /// Sweep out the copies no one else holds when the set reaches this size.
     sweep_at: usize,
 }
@@ -19,7 +21,7 @@ pub struct Interner<T: ?Sized> {
 impl<T: ?Sized> Default for Interner<T> {
     fn default() -> Interner<T> {
         Interner {
-            held: HashSet::new(),
+            held: HashSet::default(),
             sweep_at: 0,
         }
     }

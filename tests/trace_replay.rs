@@ -283,6 +283,71 @@ fn simrd_errors_name_file_and_line() {
     }
 }
 
+/// A log long enough to be read in many chunks, on two threads: its lines
+/// are imported in order, and an error names its own line.
+#[test]
+fn long_simrd_logs_are_read_in_order_and_errors_name_their_line() {
+    let mut lines = vec![r#"{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}"#.to_string()];
+    for i in 0..5000 {
+        lines.push(format!(r#"{{"INSTRUCTION":"CONSTANT","NAME":"c{i}"}}"#));
+        lines.push(format!(
+            r#"{{"INSTRUCTION":"MEMORY","MEMORY":"{}","NAME":"c{i}"}}"#,
+            i + 1
+        ));
+        if i % 2 == 0 {
+            lines.push(format!(r#"{{"INSTRUCTION":"RELEASE","NAME":"c{i}"}}"#));
+        }
+    }
+    let log = lines.join("\n");
+    assert!(log.len() > 200_000, "many chunks of 16 KB");
+    let trace = simrd::parse("log", &log).unwrap();
+    let sizes: Vec<u64> = trace
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            dtr::trace::TraceEvent::Put { bytes, .. } => Some(*bytes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sizes, (1..=5000).collect::<Vec<u64>>(), "in file order");
+    // Each event's line, as the file numbers it: a put on its CONSTANT's.
+    assert_eq!(trace.lines[..4], [2, 4, 5, 7]);
+    // The even sizes are never released: at the end they are all held.
+    let held: u64 = (1..=2500u64).map(|k| 2 * k).sum();
+    assert_eq!(baseline(&trace).peak_bytes, held);
+
+    let broken = |at: usize, with: &str| {
+        let mut lines = lines.clone();
+        lines[at - 1] = with.to_string();
+        simrd::parse("log", &lines.join("\n"))
+            .unwrap_err()
+            .to_string()
+    };
+    let message = broken(11_001, "not json");
+    assert!(
+        message.starts_with("log:11001: expected ident"),
+        "{message}"
+    );
+    // Line 104 releases `c40`.
+    let message = broken(104, r#"{"INSTRUCTION":"COPY","DST":"d","SRC":"zz"}"#);
+    assert!(
+        message.starts_with("log:104: unknown tensor `zz`"),
+        "{message}"
+    );
+    // An import error early and a JSON error late: the JSON error wins, as
+    // it names the first thing wrong with the file.
+    let mut lines_two = lines.clone();
+    lines_two[103] = r#"{"INSTRUCTION":"COPY","DST":"d","SRC":"zz"}"#.to_string();
+    lines_two[12_000] = "[1]".to_string();
+    let message = simrd::parse("log", &lines_two.join("\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.starts_with("log:12001: expected a JSON object"),
+        "{message}"
+    );
+}
+
 #[test]
 fn simrd_conventions_for_mutation_aliases_and_outputs() {
     let log = r#"{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}

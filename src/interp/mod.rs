@@ -142,6 +142,15 @@ impl<B: Backend> Interpreter<B> {
         })
     }
 
+    /// Makes room for about `tensors` more tensors (and as many storages
+    /// and ops) at once, instead of growing the tables as they fill: a
+    /// replay knows its trace's count. It changes no decision.
+    pub fn reserve_tables(&mut self, tensors: usize) {
+        self.graph.tensors.reserve(tensors);
+        self.graph.storages.reserve(tensors);
+        self.graph.nodes.reserve(tensors);
+    }
+
     /// Uploads host data as a new tensor. Puts have no compute path, so they
     /// are never evicted; they are freed when no one can need them.
     pub fn put(&mut self, data: &[f32], dims: &[usize]) -> Result<TensorId> {

@@ -7,6 +7,7 @@
 //! trace on an interpreter and computes its unbounded baseline.
 
 mod ids;
+mod lines;
 pub mod native;
 pub mod recorder;
 pub mod replay;

@@ -91,6 +91,7 @@ pub fn replay_observed<B: Backend>(
     mut after_event: impl FnMut(usize, &mut Interpreter<B>, &[Option<TensorId>]) -> Result<()>,
 ) -> Result<ReplayReport> {
     let started = Instant::now();
+    dtr.reserve_tables(trace.tensor_count());
     let mut tensors: Vec<Option<TensorId>> = vec![None; trace.tensor_count()];
     let mut reads = Vec::new();
     let mut outcome = (ReplayStatus::Ok, None);

@@ -11,7 +11,8 @@
 //! in the order its name first appeared.
 //!
 //! Lines are deserialized straight into `Instruction`s that borrow their
-//! names from the text. A line the typed reader refuses (bad JSON, not an
+//! names from the text, on two threads (see [`super::lines`]), and imported
+//! in order on this one. A line the typed reader refuses (bad JSON, not an
 //! object, a repeated key, an object where a field's value should be) is
 //! read again as a `serde_json::Value`, which gives today's message or, for
 //! a valid object, the same instruction: the slow path only runs on lines
@@ -136,12 +137,15 @@ impl<'de> Deserialize<'de> for Field<'de> {
                 self,
                 mut seq: A,
             ) -> std::result::Result<Field<'de>, A::Error> {
-                // On the stack while read, then one allocation of the right size.
+                // On the stack while read, then one allocation of the right
+                // size (collecting would grow a `Vec`, then shrink it).
                 let mut items: SmallVec<[Field<'de>; 8]> = SmallVec::new();
                 while let Some(item) = seq.next_element()? {
                     items.push(item);
                 }
-                Ok(Field::List(items.into_iter().collect()))
+                let mut list = Vec::with_capacity(items.len());
+                list.extend(items);
+                Ok(Field::List(list.into_boxed_slice()))
             }
             // An object is refused: the line goes the slow way.
         }
@@ -353,22 +357,17 @@ impl<'a> Instruction<'a> {
         }
     }
 
-    /// Parses one non-blank line; `source` names the file in errors.
-    fn parse(source: &str, line: usize, raw: &'a str) -> Result<Instruction<'a>> {
+    /// Reads one non-blank line; the message says why it does not read.
+    fn read(raw: &'a str) -> std::result::Result<Body<'a>, String> {
         if let Ok(body) = serde_json::from_str::<Body<'a>>(raw) {
-            return Ok(Instruction { line, body });
+            return Ok(body);
         }
         // The typed reader refused it: the slow path gives the message, or
         // the instruction when the line is an object after all.
         match serde_json::from_str::<Value>(raw) {
-            Ok(Value::Object(object)) => Ok(Instruction {
-                line,
-                body: Keys::from_object(object).into_body(),
-            }),
-            Ok(other) => Err(Error::Trace(format!(
-                "{source}:{line}: expected a JSON object, got {other}"
-            ))),
-            Err(e) => Err(Error::Trace(format!("{source}:{line}: {e}"))),
+            Ok(Value::Object(object)) => Ok(Keys::from_object(object).into_body()),
+            Ok(other) => Err(format!("expected a JSON object, got {other}")),
+            Err(e) => Err(e.to_string()),
         }
     }
 }
@@ -426,7 +425,7 @@ impl<'t> Importer<'t> {
             builder,
             // About one name in three lines (a CALL's result has three).
             names: HashMap::with_capacity_and_hasher(lines / 3, Default::default()),
-            name_order: Vec::new(),
+            name_order: Vec::with_capacity(lines / 3),
             awaiting: Awaiting::Nothing,
             last_line: 0,
         }
@@ -782,8 +781,8 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
     // log without one is imported whole.
     let mut before_start = Some(Vec::new());
     let mut failed = None;
-    for (line, raw) in super::numbered_lines(text) {
-        let ins = Instruction::parse(source, line, raw)?;
+    let read = super::lines::read_in_order(text, Instruction::read, |line, body| {
+        let ins = Instruction { line, body };
         if let Some(skipped) = &mut before_start {
             if matches!(ins.body, Body::Annotate { start: true }) {
                 before_start = None;
@@ -793,6 +792,9 @@ pub fn parse(source: &str, text: &str) -> Result<Trace> {
         } else if failed.is_none() {
             failed = importer.step(ins).err();
         }
+    });
+    if let Err((line, message)) = read {
+        return Err(Error::Trace(format!("{source}:{line}: {message}")));
     }
     for ins in before_start.into_iter().flatten() {
         if failed.is_none() {
