@@ -177,7 +177,7 @@ impl<B: Backend> Interpreter<B> {
         };
         for i in 0..count {
             let storage = self.graph.tensors[self.graph.nodes[node].inputs[i]].storage;
-            self.graph.storages[storage].last_access = self.graph.clock;
+            self.touch(storage);
         }
         for i in 0..count {
             let tensor = self.graph.nodes[node].inputs[i];

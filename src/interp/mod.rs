@@ -296,7 +296,7 @@ impl<B: Backend> Interpreter<B> {
             .collect();
         for &t in &outputs {
             let storage = self.graph.tensors[t].storage;
-            self.graph.storages[storage].last_access = self.graph.clock;
+            self.touch(storage);
         }
         let event = RunEvent::Apply {
             node,
@@ -330,7 +330,7 @@ impl<B: Backend> Interpreter<B> {
     pub fn get_value(&mut self, tensor: TensorId) -> Result<Vec<f32>> {
         self.ensure_defined(tensor)?;
         let storage = self.graph.tensors[tensor].storage;
-        self.graph.storages[storage].last_access = self.graph.clock;
+        self.touch(storage);
         // Pinned while the data is read back, so nothing can evict it meanwhile.
         self.table.pin(storage);
         let info = &self.graph.tensors[tensor];
@@ -384,7 +384,7 @@ impl<B: Backend> Interpreter<B> {
     pub fn ensure_resident(&mut self, tensor: TensorId) -> Result<()> {
         self.ensure_defined(tensor)?;
         let storage = self.graph.tensors[tensor].storage;
-        self.graph.storages[storage].last_access = self.graph.clock;
+        self.touch(storage);
         self.observe(TensorInstruction::Get, tensor);
         Ok(())
     }
@@ -604,7 +604,7 @@ impl<B: Backend> Interpreter<B> {
                 consumers: Consumers::default(),
             });
             self.graph.storages[storage].tensors.push(tensor);
-            self.graph.refresh_storage_cost(storage);
+            self.refresh_storage_cost(storage);
             self.graph.nodes[node].outputs[k] = Some(tensor);
         }
         // The node is new, so only a repeated input can list it already.
@@ -619,6 +619,18 @@ impl<B: Backend> Interpreter<B> {
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
         node
+    }
+
+    /// Marks `storage` accessed now: its staleness starts again.
+    fn touch(&mut self, storage: StorageId) {
+        self.graph.storages[storage].last_access = self.graph.clock;
+        self.table.refresh_record(&self.graph, storage);
+    }
+
+    /// Recomputes `c0` of `storage` after its set of tensors changed.
+    fn refresh_storage_cost(&mut self, storage: StorageId) {
+        self.graph.refresh_storage_cost(storage);
+        self.table.refresh_record(&self.graph, storage);
     }
 
     /// A storage of `bytes`, not yet resident, known to the graph and the
@@ -658,7 +670,7 @@ impl<B: Backend> Interpreter<B> {
                 self.graph.storages.remove(info.storage);
                 self.table.remove(info.storage, &mut self.backend);
             } else {
-                self.graph.refresh_storage_cost(info.storage);
+                self.refresh_storage_cost(info.storage);
             }
         }
         for (i, &input) in inputs.iter().enumerate() {

@@ -66,7 +66,7 @@ impl<B: Backend> Interpreter<B> {
         self.graph.tensors[tensor].producer = None;
         let info = &mut self.graph.storages[storage];
         info.recomputable = false;
-        self.graph.refresh_storage_cost(storage);
+        self.refresh_storage_cost(storage);
         self.table.refresh_candidacy(&self.graph, storage);
         let mut unneeded = Vec::new();
         self.release_output(node, k, &mut unneeded);
@@ -134,7 +134,7 @@ impl<B: Backend> Interpreter<B> {
         let info = &mut self.graph.storages[storage];
         info.tensors.retain(|t| *t != tensor);
         if !info.tensors.is_empty() {
-            self.graph.refresh_storage_cost(storage);
+            self.refresh_storage_cost(storage);
             return;
         }
         self.heuristic.on_free(storage, &self.graph);

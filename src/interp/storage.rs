@@ -372,10 +372,16 @@ impl<B: Backend> StorageTable<B> {
             self.constant_peak_bytes = self.constant_peak_bytes.max(self.constant_bytes);
         }
         if info.is_resident() && info.recomputable && slot.locks == 0 && slot.pins == 0 {
-            self.pool.insert(storage, held);
+            self.pool.insert(storage, held, info);
         } else {
             self.pool.remove(storage);
         }
+    }
+
+    /// Gives the pool's entry of `storage` (if a candidate) the cost and
+    /// last access the graph has now: call after changing either.
+    pub(super) fn refresh_record(&mut self, graph: &Graph, storage: StorageId) {
+        self.pool.refresh(storage, &graph.storages[storage]);
     }
 
     /// Takes a candidate out of the pool for now (the caller puts it back
@@ -506,6 +512,17 @@ impl<B: Backend> StorageTable<B> {
                 return Err(format!(
                     "{id:?} evictable={evictable} but pool membership differs"
                 ));
+            }
+            if let Some(entry) = self.pool.get(id) {
+                let held = self.blocks.get(id).map_or(info.bytes, |block| block.size);
+                if (entry.held, entry.cost, entry.last_access)
+                    != (held, info.cost, info.last_access)
+                {
+                    return Err(format!(
+                        "{id:?} is in the pool as {entry:?}, not with its {held} B held, cost {} and last access {}",
+                        info.cost, info.last_access
+                    ));
+                }
             }
             for &t in &info.tensors {
                 if graph.tensors[t].defined && !info.is_resident() {

@@ -233,7 +233,7 @@ impl<B: Backend> Interpreter<B> {
         };
         let found = self
             .search
-            .lowest(pool, |_| {}, |storage, _| Some(swap_density(storage)));
+            .lowest(pool, |candidate, _| Some(swap_density(candidate.storage)));
         crate::policy::Victims {
             storages: found.iter().map(|&(storage, _)| storage).collect(),
             score: found.map(|(_, score)| score),

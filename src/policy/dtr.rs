@@ -107,6 +107,10 @@ impl Heuristic for Dtr {
         cost_density(view.graph.storages[storage].cost, storage, view.graph)
     }
 
+    fn at_least_cost_density(&self) -> bool {
+        true
+    }
+
     fn before_scoring(&mut self, graph: &Graph) {
         let clear = self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len();
         if clear {
@@ -169,5 +173,9 @@ impl Heuristic for DtrWalk {
 
     fn lower_bound(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         cost_density(view.graph.storages[storage].cost, storage, view.graph)
+    }
+
+    fn at_least_cost_density(&self) -> bool {
+        true
     }
 }

@@ -132,6 +132,11 @@ impl Heuristic for DtrEq {
         }
     }
 
+    /// Not for `dte`, whose sizes with the free bytes beside make scores lower.
+    fn at_least_cost_density(&self) -> bool {
+        !self.fragmentation_aware
+    }
+
     fn on_evict(&mut self, storage: StorageId, graph: &Graph) {
         self.forget_around(storage, graph);
         self.classes.insert(storage, graph.storages[storage].cost);

@@ -11,4 +11,9 @@ impl Heuristic for DtrLocal {
         let graph = view.graph;
         cost_density(graph.storages[storage].cost, storage, graph)
     }
+
+    /// Its score is the cost density itself.
+    fn at_least_cost_density(&self) -> bool {
+        true
+    }
 }

@@ -18,7 +18,7 @@ mod region;
 mod search;
 mod size;
 
-pub use pool::CandidatePool;
+pub use pool::{Candidate, CandidatePool};
 pub use search::{CandidateSearch, Sampling};
 
 use slotmap::SecondaryMap;
@@ -75,6 +75,14 @@ pub trait Heuristic: Send {
         f64::NEG_INFINITY
     }
 
+    /// Whether every score is at least the candidate's own cost density
+    /// `c0 / (m · stale)` (the DTR family): a search then skips, reading
+    /// only the candidate pool, candidates whose density is already above
+    /// the best score. Only a true bound keeps the choices the same.
+    fn at_least_cost_density(&self) -> bool {
+        false
+    }
+
     /// What to evict to make room for an allocation of `request` bytes
     /// that does not fit. The default is the lowest-scoring candidate that
     /// `search` finds; policies that reason about address ranges override it.
@@ -86,16 +94,19 @@ pub trait Heuristic: Send {
         search: &mut CandidateSearch,
     ) -> Victims {
         self.before_scoring(view.graph);
-        let graph = view.graph;
-        let warm = |storage: StorageId| {
-            // Reads what scores read first, so the sample's misses overlap.
-            std::hint::black_box(graph.storages.get(storage).map(|s| s.last_access));
-        };
-        let found = search.lowest(pool, warm, |storage, best| {
-            if best.is_some_and(|best| self.lower_bound(storage, view) > best) {
-                return None;
+        let bounded = self.at_least_cost_density();
+        let clock = view.graph.clock;
+        let found = search.lowest(pool, |candidate, best| {
+            if let Some(best) = best {
+                // The pool's bound reads no graph: most candidates stop here.
+                if bounded && candidate.cost_density_bound(clock) > best {
+                    return None;
+                }
+                if self.lower_bound(candidate.storage, view) > best {
+                    return None;
+                }
             }
-            Some(self.score(storage, view))
+            Some(self.score(candidate.storage, view))
         });
         match found {
             Some((storage, score)) => Victims {

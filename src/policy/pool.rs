@@ -3,20 +3,56 @@
 //!
 //! Order matters: the victim search keeps the *last* of equal scores, as the
 //! DTR authors' simulator does, so ties break the same way on every run.
+//!
+//! Each candidate's entry also keeps what the DTR scores' common lower
+//! bound `c0 / (m · stale)` needs (its cost, its bytes, its last access),
+//! so a √N search reads one array entry per draw and the graph only for
+//! the few candidates whose bound could beat the best score so far. The
+//! interpreter keeps the entries equal to the graph's values
+//! ([`CandidatePool::refresh`]), and its invariant check verifies it.
 
 use slotmap::SecondaryMap;
 
-use crate::graph::StorageId;
+use crate::graph::{StorageId, StorageInfo};
+
+/// One candidate as the pool keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// The storage.
+    pub storage: StorageId,
+    /// Bytes it holds in memory (its block, never smaller than its size):
+    /// what evicting it frees.
+    pub held: u64,
+    /// `c0`, as the graph has it.
+    pub cost: u64,
+    /// The logical clock of its last access, as the graph has it.
+    pub last_access: u64,
+}
+
+impl Candidate {
+    /// `c0 / (held · stale)` at `clock`, +∞ when the denominator is zero:
+    /// never above the storage's own cost density `c0 / (m · stale)`
+    /// (held ≥ m, and rounding is monotone), so never above the score of a
+    /// heuristic whose scores are at least that.
+    pub fn cost_density_bound(&self, clock: u64) -> f64 {
+        let denominator = self.held as f64 * clock.saturating_sub(self.last_access) as f64;
+        if denominator > 0.0 {
+            self.cost as f64 / denominator
+        } else {
+            f64::INFINITY
+        }
+    }
+}
 
 /// The storages that may be evicted now (resident, recomputable, unlocked,
-/// unpinned), with their sizes, for scans and uniform random draws.
+/// unpinned), for scans and uniform random draws.
 #[derive(Debug, Default)]
 pub struct CandidatePool {
-    /// Insertion order with holes left by removals, each with its size (so
-    /// a random draw reads one array); compacted when holes dominate.
-    entries: Vec<Option<(StorageId, u64)>>,
-    /// Each member's position in `entries` and its size.
-    members: SecondaryMap<StorageId, (usize, u64)>,
+    /// Insertion order with holes left by removals (so a random draw reads
+    /// one array); compacted when holes dominate.
+    entries: Vec<Option<Candidate>>,
+    /// Each member's position in `entries`.
+    members: SecondaryMap<StorageId, u32>,
     bytes: u64,
 }
 
@@ -46,59 +82,105 @@ impl CandidatePool {
         self.members.contains_key(storage)
     }
 
-    /// Appends `storage` (no-op if present).
-    pub fn insert(&mut self, storage: StorageId, bytes: u64) {
-        if self.members.contains_key(storage) {
+    /// The entry of `storage`, if it is a candidate.
+    pub fn get(&self, storage: StorageId) -> Option<&Candidate> {
+        let &position = self.members.get(storage)?;
+        self.entries[position as usize].as_ref()
+    }
+
+    /// Appends `storage`, holding `held` bytes, with the cost and last
+    /// access of `info`; a member keeps its place and gets them anew.
+    pub fn insert(&mut self, storage: StorageId, held: u64, info: &StorageInfo) {
+        // A block is never smaller than its storage; were it, a cost of 0
+        // keeps the bound a bound (such an entry is always scored).
+        let cost = if held >= info.bytes { info.cost } else { 0 };
+        let candidate = Candidate {
+            storage,
+            held,
+            cost,
+            last_access: info.last_access,
+        };
+        if let Some(&position) = self.members.get(storage) {
+            let entry = self.entries[position as usize]
+                .as_mut()
+                .expect("a member's entry");
+            self.bytes = self.bytes - entry.held + held;
+            *entry = candidate;
             return;
         }
-        self.members.insert(storage, (self.entries.len(), bytes));
-        self.entries.push(Some((storage, bytes)));
-        self.bytes = self.bytes.saturating_add(bytes);
+        let position = u32::try_from(self.entries.len()).expect("fewer than 2³² entries");
+        self.members.insert(storage, position);
+        self.entries.push(Some(candidate));
+        self.bytes = self.bytes.saturating_add(held);
+    }
+
+    /// Gives a member's entry the cost and last access of `info` (no-op
+    /// for a storage that is not a candidate).
+    pub fn refresh(&mut self, storage: StorageId, info: &StorageInfo) {
+        if let Some(&position) = self.members.get(storage) {
+            let entry = self.entries[position as usize]
+                .as_mut()
+                .expect("a member's entry");
+            entry.cost = if entry.held >= info.bytes {
+                info.cost
+            } else {
+                0
+            };
+            entry.last_access = info.last_access;
+        }
     }
 
     /// Removes `storage` (no-op if absent).
     pub fn remove(&mut self, storage: StorageId) {
-        let Some((position, bytes)) = self.members.remove(storage) else {
+        let Some(position) = self.members.remove(storage) else {
             return;
         };
-        self.entries[position] = None;
-        self.bytes -= bytes;
+        let entry = self.entries[position as usize]
+            .take()
+            .expect("a member's entry");
+        self.bytes -= entry.held;
         if self.entries.len() > 64 && self.entries.len() > 2 * self.members.len() {
             self.compact();
         }
     }
 
-    /// A uniformly random candidate and its size. Holes are at most half
-    /// of the entries (compaction keeps it so), so this takes two draws on
-    /// average.
-    pub fn random_member(&self, rng: &mut impl rand::Rng) -> Option<(StorageId, u64)> {
-        if self.members.is_empty() {
-            return None;
-        }
-        loop {
-            if let Some(entry) = self.entries[rng.gen_range(0..self.entries.len())] {
-                return Some(entry);
-            }
-        }
+    /// The entries, holes included, for uniform draws: holes are at most
+    /// half of them (compaction keeps it so), so a draw of a member takes
+    /// two draws of an entry on average.
+    pub fn entries(&self) -> &[Option<Candidate>] {
+        &self.entries
     }
 
     /// Candidates in insertion order.
-    pub fn iter(&self) -> impl Iterator<Item = StorageId> + '_ {
-        self.entries.iter().flatten().map(|&(storage, _)| storage)
+    pub fn iter(&self) -> impl Iterator<Item = &Candidate> + '_ {
+        self.entries.iter().flatten()
     }
 
     fn compact(&mut self) {
         self.entries.retain(Option::is_some);
-        for (position, (storage, _)) in self.entries.iter().flatten().enumerate() {
-            self.members[*storage].0 = position;
+        for (position, candidate) in self.entries.iter().flatten().enumerate() {
+            self.members[candidate.storage] = position as u32;
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use crate::graph::Residency;
     use slotmap::SlotMap;
+
+    /// A storage's graph record with these bytes, cost and last access.
+    pub(in crate::policy) fn info(bytes: u64, cost: u64, last_access: u64) -> StorageInfo {
+        StorageInfo {
+            bytes,
+            tensors: Default::default(),
+            residency: Residency::Resident,
+            last_access,
+            cost,
+            recomputable: true,
+        }
+    }
 
     #[test]
     fn keeps_insertion_order_through_removals_and_compaction() {
@@ -106,12 +188,12 @@ mod tests {
         let ids: Vec<StorageId> = (0..200).map(|_| keys.insert(())).collect();
         let mut pool = CandidatePool::new();
         for &id in &ids {
-            pool.insert(id, 2);
+            pool.insert(id, 2, &info(2, 1, 1));
         }
         for &id in ids.iter().step_by(3) {
             pool.remove(id);
         }
-        pool.insert(ids[0], 2);
+        pool.insert(ids[0], 2, &info(2, 1, 1));
         let expected: Vec<StorageId> = ids
             .iter()
             .enumerate()
@@ -119,8 +201,63 @@ mod tests {
             .map(|(_, id)| *id)
             .chain([ids[0]])
             .collect();
-        assert_eq!(pool.iter().collect::<Vec<_>>(), expected);
+        let order: Vec<StorageId> = pool.iter().map(|c| c.storage).collect();
+        assert_eq!(order, expected);
         assert_eq!(pool.bytes(), 2 * expected.len() as u64);
         assert_eq!(pool.len(), expected.len());
+        for &id in &expected {
+            assert_eq!(pool.get(id).map(|c| c.storage), Some(id));
+        }
+    }
+
+    #[test]
+    fn entries_follow_the_graph_in_place() {
+        let mut keys: SlotMap<StorageId, ()> = SlotMap::with_key();
+        let (a, b) = (keys.insert(()), keys.insert(()));
+        let mut pool = CandidatePool::new();
+        pool.insert(a, 8, &info(6, 5, 3));
+        pool.insert(b, 4, &info(4, 1, 1));
+        pool.refresh(a, &info(6, 7, 9));
+        let expected = Candidate {
+            storage: a,
+            held: 8,
+            cost: 7,
+            last_access: 9,
+        };
+        assert_eq!(pool.get(a), Some(&expected));
+        // Inserting a member again updates it where it stands.
+        pool.insert(a, 16, &info(6, 7, 9));
+        assert_eq!(
+            pool.iter().next().map(|c| (c.storage, c.held)),
+            Some((a, 16))
+        );
+        assert_eq!(pool.bytes(), 20);
+        // Refreshing a storage outside the pool adds nothing.
+        pool.remove(b);
+        pool.refresh(b, &info(4, 1, 1));
+        assert!(!pool.contains(b));
+        assert_eq!(pool.bytes(), 16);
+    }
+
+    #[test]
+    fn the_bound_is_the_cost_density_and_never_above_it() {
+        let mut keys: SlotMap<StorageId, ()> = SlotMap::with_key();
+        let s = keys.insert(());
+        let candidate = |held, cost, last_access| Candidate {
+            storage: s,
+            held,
+            cost,
+            last_access,
+        };
+        assert_eq!(candidate(4, 6, 7).cost_density_bound(10), 0.5);
+        // A larger block only lowers it.
+        assert!(candidate(8, 6, 7).cost_density_bound(10) < 0.5);
+        // Accessed now, or of no bytes: +∞, as the scores have it.
+        assert_eq!(candidate(4, 6, 10).cost_density_bound(10), f64::INFINITY);
+        assert_eq!(candidate(0, 6, 7).cost_density_bound(10), f64::INFINITY);
+        // A block smaller than its storage (none is) keeps a bound of 0.
+        let mut pool = CandidatePool::new();
+        pool.insert(s, 2, &info(4, 6, 7));
+        assert_eq!(pool.get(s).unwrap().cost_density_bound(10), 0.0);
     }
 }
