@@ -18,6 +18,12 @@ use super::numbered_lines;
 /// threads finish close together, large enough that handing over is rare.
 const CHUNK_BYTES: usize = 16 * 1024;
 
+/// Texts shorter than this are read on this thread alone: below it the
+/// helper's start, and on a busy machine its sharing of this thread's core,
+/// cost about what it saves (`cargo bench --bench trace_read`: U-Net's
+/// 0.14 MB log read no faster on two threads).
+const TWO_THREADS_FROM: usize = 16 * CHUNK_BYTES;
+
 /// One chunk's lines, read.
 struct Chunk<T> {
     /// Each non-blank line: its number within the chunk, and what it read as.
@@ -77,6 +83,12 @@ pub(crate) fn read_in_order<'t, T: Send>(
     read: impl Fn(&'t str) -> Result<T, String> + Sync,
     mut each: impl FnMut(usize, T),
 ) -> Result<(), (usize, String)> {
+    if text.len() < TWO_THREADS_FROM {
+        for (line, raw) in numbered_lines(text) {
+            each(line, read(raw).map_err(|message| (line, message))?);
+        }
+        return Ok(());
+    }
     let chunks = chunks(text);
     let n = chunks.len();
     let mut hand_over = |offset: usize, chunk: Chunk<T>| {
@@ -88,14 +100,6 @@ pub(crate) fn read_in_order<'t, T: Send>(
             None => Ok(offset + chunk.lines),
         }
     };
-    if n < 2 {
-        // Not worth a thread.
-        let mut offset = 0;
-        for chunk in chunks {
-            offset = hand_over(offset, read_chunk(chunk, &read))?;
-        }
-        return Ok(());
-    }
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let done: Mutex<Vec<Option<Chunk<T>>>> = Mutex::new((0..n).map(|_| None).collect());
@@ -166,7 +170,7 @@ mod tests {
             }
         }
         text.push_str("last line without a newline");
-        assert!(chunks(&text).len() > 4);
+        assert!(text.len() >= TWO_THREADS_FROM && chunks(&text).len() > 16);
         assert_eq!(chunks(&text).concat(), text);
         let mut seen = Vec::new();
         read_in_order(
@@ -180,7 +184,8 @@ mod tests {
 
     #[test]
     fn the_first_line_that_fails_is_reported_after_those_before_it() {
-        let text: String = (1..=30_000).map(|i| format!("{i}\n")).collect();
+        let text: String = (1..=100_000).map(|i| format!("{i}\n")).collect();
+        assert!(text.len() >= TWO_THREADS_FROM);
         let mut seen = 0;
         let error = read_in_order(
             &text,
