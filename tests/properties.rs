@@ -330,6 +330,7 @@ proptest! {
         prop_assert!(memory.host_peak_bytes <= host_memory.unwrap_or(u64::MAX));
         if restore == RestoreMode::Drop {
             prop_assert_eq!(memory.host_peak_bytes, 0);
+            prop_assert_eq!(bounded.dtr.stats().prefetches, 0);
         }
     }
 }

@@ -57,10 +57,12 @@ fn the_clock_waits_for_copies_as_worked_out_by_hand() {
     dtr.del(c).unwrap();
     assert_eq!(dtr.memory().host_bytes, BYTES, "only a's copy is left");
     assert_eq!(dtr.memory().host_peak_bytes, 2 * BYTES);
-    // Reading `a` copies it back on the other queue, idle, while the
-    // abandoned copy of `b` still runs: done at 4297 + 4096 = 8393.
+    // Dropping `b` made room, so the other queue, idle, started copying
+    // `a` back ahead of need while the abandoned copy of `b` still runs:
+    // done at 4297 + 4096 = 8393. Reading `a` waits for it.
+    assert_eq!(dtr.stats().prefetches, 1);
     dtr.get_value(a).unwrap();
-    assert_eq!(dtr.stats().swap_ins, 1);
+    assert_eq!(dtr.stats().swap_ins, 0);
     assert_eq!(dtr.stats().rematerializations, 0);
     assert_eq!(dtr.graph().clock, 8393);
     assert_eq!(dtr.stats().swap_stall, (4197 - 201) + (8393 - 4297));
@@ -73,6 +75,112 @@ fn the_clock_waits_for_copies_as_worked_out_by_hand() {
         "host copies are freed with their storages"
     );
     assert_eq!(dtr.tracked_storages(), 0);
+}
+
+/// Four tensors of room at 1 GB/s: `a` is swapped out, room comes free,
+/// `a` is prefetched, and an op reads it before its transfer ends.
+fn prefetch_scenario<B: Backend>(dtr: &mut Interpreter<B>, x: TensorId) -> (TensorId, TensorId) {
+    // The clock starts at 1. Write-back: `a` (made at 5001) is copied by
+    // 9097, `b` (10001) by 14097, `c` (15001) by 19097.
+    let a = exp(dtr, x, 5000);
+    let b = exp(dtr, a, 5000);
+    let c = exp(dtr, b, 5000);
+    assert_eq!(dtr.memory().in_use_bytes, 4 * BYTES);
+    // `d` needs room: `a`, read last at 5001, is the stalest (h_DTR
+    // 5000 / (4096 · 10000) against b's 5000 / (4096 · 5000)); its copy
+    // is done, so it goes with no stall.
+    let d = exp(dtr, c, 5000);
+    assert!(!dtr.is_resident(a).unwrap());
+    assert_eq!(dtr.stats().swap_outs, 1);
+    assert_eq!(dtr.stats().prefetches, 0, "no room for it yet");
+    // Freeing `d` and `c` makes room: at 20001 the idle queue starts
+    // copying `a` back, until 24097. Its bytes count from now.
+    dtr.del(d).unwrap();
+    assert_eq!(dtr.stats().prefetches, 1);
+    assert!(dtr.is_resident(a).unwrap());
+    assert_eq!(dtr.memory().in_use_bytes, 4 * BYTES);
+    dtr.del(c).unwrap();
+    // `e` fits beside them and runs while `a` travels: 20001 to 23001.
+    let e = exp(dtr, b, 3000);
+    assert_eq!(dtr.graph().clock, 23001);
+    assert_eq!(dtr.stats().swap_stall, 0);
+    // `f` reads `a` at 23001, 1096 before it arrives: only that stalls.
+    // Its room comes from `b`, whose copy is done (under `swap`, `e`
+    // would wait for its own copy).
+    let f = exp(dtr, a, 1000);
+    assert_eq!(dtr.stats().swap_stall, 24097 - 23001);
+    assert_eq!(dtr.graph().clock, 24097 + 1000);
+    assert_eq!(dtr.stats().swap_ins, 0);
+    assert_eq!(dtr.stats().rematerializations, 0);
+    assert!(dtr.memory().peak_bytes <= 4 * BYTES);
+    dtr.check_invariants().unwrap();
+    for t in [b, e] {
+        dtr.del(t).unwrap();
+    }
+    (a, f)
+}
+
+#[test]
+fn a_prefetch_overlaps_compute_and_stalls_only_for_the_rest() {
+    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
+    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+    let x = dtr.put_opaque(BYTES).unwrap();
+    prefetch_scenario(&mut dtr, x);
+}
+
+#[test]
+fn prefetched_values_are_bitwise_those_of_the_unbounded_run() {
+    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
+    let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+    let x = unbounded.put(&values, &[N]).unwrap();
+    let a = exp(&mut unbounded, x, 5000);
+    let f = exp(&mut unbounded, a, 1000);
+    let expected = (
+        unbounded.get_value(a).unwrap(),
+        unbounded.get_value(f).unwrap(),
+    );
+
+    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
+    let mut dtr = Interpreter::new(CpuBackend::new(), config).unwrap();
+    let x = dtr.put(&values, &[N]).unwrap();
+    let (a, f) = prefetch_scenario(&mut dtr, x);
+    assert_eq!(
+        (dtr.get_value(a).unwrap(), dtr.get_value(f).unwrap()),
+        expected
+    );
+}
+
+#[test]
+fn an_unread_prefetch_gives_its_room_back_first() {
+    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
+    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+    let x = dtr.put_opaque(BYTES).unwrap();
+    let a = exp(&mut dtr, x, 5000);
+    let b = exp(&mut dtr, a, 5000);
+    let c = exp(&mut dtr, b, 5000);
+    let d = exp(&mut dtr, c, 5000);
+    dtr.del(d).unwrap();
+    assert_eq!(dtr.stats().prefetches, 1);
+    // Memory is full again; the next op's room is the unread prefetch's,
+    // though `b` is staler: its host copy is kept, and nothing stalls.
+    let g = exp(&mut dtr, c, 100);
+    assert!(!dtr.is_resident(a).unwrap());
+    assert!(dtr.is_resident(b).unwrap());
+    assert_eq!(dtr.stats().swap_stall, 0);
+    assert_eq!(dtr.memory().host_bytes, 3 * BYTES, "a, b and c's copies");
+    // When room comes free again, `a` is prefetched again, after the
+    // abandoned transfer (20001 to 24097) ends: at the first instruction
+    // from 24097.
+    dtr.del(g).unwrap();
+    assert_eq!(
+        dtr.stats().prefetches,
+        1,
+        "the queue is still busy at 20101"
+    );
+    let h = exp(&mut dtr, c, 5000);
+    dtr.del(h).unwrap();
+    assert_eq!(dtr.stats().prefetches, 2);
+    dtr.check_invariants().unwrap();
 }
 
 /// A chain under a budget of three tensors, read back from the start:

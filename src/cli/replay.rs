@@ -228,6 +228,7 @@ impl Finished<'_> {
             "restore": spec.restore,
             "swap_outs": report.stats.swap_outs,
             "swap_ins": report.stats.swap_ins,
+            "prefetches": report.stats.prefetches,
             "host_copies": report.stats.host_copies,
             "swap_stall": report.stats.swap_stall,
             "host_peak_bytes": outcome.host_peak_bytes,
@@ -278,8 +279,8 @@ impl Finished<'_> {
         if spec.restore != dtr::RestoreMode::Drop {
             let stats = &report.stats;
             println!(
-                "  swap            {} evictions to host, {} restored from host, {} stalled for the copy queue, host copies peaked at {} B",
-                stats.swap_outs, stats.swap_ins, stats.swap_stall, outcome.host_peak_bytes
+                "  swap            {} evictions to host, {} restored from host on demand and {} ahead of need, {} stalled for the copy queue, host copies peaked at {} B",
+                stats.swap_outs, stats.swap_ins, stats.prefetches, stats.swap_stall, outcome.host_peak_bytes
             );
         }
         println!("  wall time       {:.3} s", report.wall_seconds);

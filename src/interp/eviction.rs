@@ -159,6 +159,9 @@ impl<B: Backend> Interpreter<B> {
         let to_host = self.config.restore != RestoreMode::Drop && self.swap_out(storage, eager);
         self.table
             .evict(&mut self.graph, storage, &mut self.backend);
+        if self.config.restore != RestoreMode::Drop {
+            self.note_evicted(storage, to_host, eager);
+        }
         if !eager {
             self.schedule_victim(self.graph.storages[storage].tensors[0]);
         }

@@ -242,6 +242,12 @@ impl<B: Backend> Interpreter<B> {
             rematerializing,
         };
         let reserved = self.reserve(&sizes, room)?;
+        if self.has_unread_prefetches() {
+            for i in 0..self.graph.nodes[node_id].inputs.len() {
+                let input = self.graph.nodes[node_id].inputs[i];
+                self.await_arrival(self.graph.tensors[input].storage);
+            }
+        }
         let placed = self
             .table
             .memory()
@@ -331,6 +337,7 @@ impl<B: Backend> Interpreter<B> {
         };
         self.observers.notify(&event, &self.graph);
         self.write_back();
+        self.prefetch();
         Ok(())
     }
 }

@@ -557,6 +557,8 @@ impl<B: Backend> Interpreter<B> {
     fn ensure_defined(&mut self, tensor: TensorId) -> Result<()> {
         let info = self.live_tensor(tensor)?;
         if info.defined {
+            let storage = info.storage;
+            self.await_arrival(storage);
             return Ok(());
         }
         let storage = info.storage;
@@ -669,6 +671,7 @@ impl<B: Backend> Interpreter<B> {
             if storage.tensors.is_empty() {
                 self.graph.storages.remove(info.storage);
                 self.table.remove(info.storage, &mut self.backend);
+                self.copies.forget(info.storage);
             } else {
                 self.refresh_storage_cost(info.storage);
             }

@@ -103,6 +103,17 @@ pub enum RunEvent<'a> {
         /// Its size.
         bytes: u64,
     },
+    /// A transfer began copying an evicted storage back from its host copy
+    /// ahead of need, into free memory; its bytes are reserved from now
+    /// and its tensors usable once the transfer ends.
+    Prefetched {
+        /// The storage coming back.
+        storage: StorageId,
+        /// Its size.
+        bytes: u64,
+        /// When the transfer ends (on the interpreter's clock).
+        arrives_at: u64,
+    },
     /// Compute waited for the copy queue.
     Stalled {
         /// How long (cost units).
@@ -183,6 +194,7 @@ impl Observer for Stats {
             RunEvent::LocksRelaxed { .. } => self.lock_relaxations += 1,
             RunEvent::HostCopied { .. } => self.host_copies += 1,
             RunEvent::SwappedIn { .. } => self.swap_ins += 1,
+            RunEvent::Prefetched { .. } => self.prefetches += 1,
             RunEvent::Stalled { cost } => add(&mut self.swap_stall, cost),
             RunEvent::StepEnded { followed } => {
                 self.steps += 1;
@@ -273,6 +285,14 @@ impl Observer for TracingLog {
             RunEvent::SwappedIn { storage, bytes } => {
                 let tensor = graph.storages[storage].tensors[0];
                 debug!(target: "dtr::swap", ?tensor, bytes, clock = graph.clock, "swapped in");
+            }
+            RunEvent::Prefetched {
+                storage,
+                bytes,
+                arrives_at,
+            } => {
+                let tensor = graph.storages[storage].tensors[0];
+                debug!(target: "dtr::swap", ?tensor, bytes, clock = graph.clock, arrives_at, "prefetching");
             }
             RunEvent::Thrashing {
                 restore_cost,

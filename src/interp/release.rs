@@ -31,6 +31,7 @@ impl<B: Backend> Interpreter<B> {
         } else if self.config.eager_eviction {
             self.evict_if_unreferenced(storage);
         }
+        self.prefetch();
         Ok(())
     }
 
@@ -143,5 +144,6 @@ impl<B: Backend> Interpreter<B> {
             .remove(storage)
             .expect("storage is tracked");
         self.table.remove(storage, &mut self.backend);
+        self.copies.forget(storage);
     }
 }

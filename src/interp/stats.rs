@@ -24,8 +24,11 @@ pub struct Stats {
     pub lock_relaxations: u64,
     /// Evictions after which the storage has a host copy (swap).
     pub swap_outs: u64,
-    /// Storages brought back from their host copy instead of recomputed.
+    /// Storages brought back from their host copy instead of recomputed,
+    /// when needed (prefetches not counted).
     pub swap_ins: u64,
+    /// Storages copied back from host memory ahead of need.
+    pub prefetches: u64,
     /// Copies written to host memory, by write-back or on demand.
     pub host_copies: u64,
     /// Time compute waited for the copy queue (cost units).

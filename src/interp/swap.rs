@@ -16,7 +16,14 @@
 //!   copy waits for the copy to finish (compute cannot reuse the bytes
 //!   before): the clock stalls.
 //! - **Swap-in.** Bringing a storage back waits for its transfer (after the
-//!   one in flight to the device): the clock stalls.
+//!   one in flight to the device; a prefetch under way gives way to it):
+//!   the clock stalls.
+//! - **Prefetch.** When the to-device queue is idle and memory has room,
+//!   the most recently made storage evicted with a host copy is copied
+//!   back ahead of need; only an op that reads it before the copy ends
+//!   waits, for the rest. A prefetch not read yet is the first victim
+//!   when room is needed, so prefetches use only memory nothing else
+//!   needs.
 //!
 //! Stalls advance the clock and count in the overhead and the thrash limit.
 //! Tensors never change in place, so a host copy stays valid while its
@@ -24,7 +31,9 @@
 //!
 //! [`SwapConfig::bandwidth`]: crate::SwapConfig::bandwidth
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+
+use slotmap::SecondaryMap;
 
 use super::eviction::RoomFor;
 use super::{Interpreter, RunEvent};
@@ -40,11 +49,36 @@ pub(super) struct CopyQueue {
     to_host_until: u64,
     to_device_until: u64,
     write_back: VecDeque<(StorageId, u64)>,
+    /// The order in which swapping first saw each storage made.
+    born: SecondaryMap<StorageId, u64>,
+    next_born: u64,
+    /// Storages evicted with a host copy, by birth: what prefetch may bring
+    /// back. Entries go stale when their storage comes back otherwise;
+    /// they are checked when read.
+    swapped_out: BTreeMap<u64, StorageId>,
+    /// Prefetched storages no op has read yet, with when their transfer
+    /// ends.
+    unread: SecondaryMap<StorageId, u64>,
+}
+
+impl CopyQueue {
+    /// Forgets a storage the graph no longer has.
+    pub(super) fn forget(&mut self, storage: StorageId) {
+        if let Some(born) = self.born.remove(storage) {
+            self.swapped_out.remove(&born);
+        }
+        self.unread.remove(storage);
+    }
 }
 
 impl<B: Backend> Interpreter<B> {
     fn swapping(&self) -> bool {
         self.config.restore != RestoreMode::Drop
+    }
+
+    /// Whether some prefetched storage has not been read yet.
+    pub(super) fn has_unread_prefetches(&self) -> bool {
+        !self.copies.unread.is_empty()
     }
 
     /// Queues a storage an op just made for write-back, when swapping under
@@ -55,6 +89,10 @@ impl<B: Backend> Interpreter<B> {
             self.copies
                 .write_back
                 .push_back((storage, self.graph.clock));
+            if !self.copies.born.contains_key(storage) {
+                self.copies.born.insert(storage, self.copies.next_born);
+                self.copies.next_born += 1;
+            }
         }
     }
 
@@ -169,6 +207,7 @@ impl<B: Backend> Interpreter<B> {
     /// for an op's output; its root tensor is defined again (views are
     /// re-made by their ops, as after a recomputation).
     pub(super) fn swap_in(&mut self, storage: StorageId) -> Result<()> {
+        self.abort_prefetches();
         let info = &self.graph.storages[storage];
         let (bytes, root) = (info.bytes, info.tensors[0]);
         let (node, _) = self.graph.tensors[root]
@@ -198,12 +237,144 @@ impl<B: Backend> Interpreter<B> {
         Ok(())
     }
 
-    /// What to evict for a `request` that does not fit. Under `drop` and
+    /// Notes that `storage` was just evicted, with a host copy (`to_host`)
+    /// or without, `eager`ly or to make room: only storages evicted with a
+    /// copy while held are prefetched (an eagerly evicted one is read
+    /// again only by recomputations of its dependents).
+    pub(super) fn note_evicted(&mut self, storage: StorageId, to_host: bool, eager: bool) {
+        self.copies.unread.remove(storage);
+        let wanted = to_host && !eager;
+        if let (true, Some(&born)) = (wanted, self.copies.born.get(storage)) {
+            self.copies.swapped_out.insert(born, storage);
+        }
+    }
+
+    /// Prefetch: when the to-device queue is idle, starts copying back the
+    /// storage evicted with a host copy, while the program held it, that
+    /// was made last (a backward pass reads activations in the reverse
+    /// order of their making), if it fits in the free memory. It evicts
+    /// nothing; its bytes are reserved from now and its tensors defined,
+    /// and an op that reads them before the transfer ends waits for the
+    /// rest of it. It reads only the past, so it works the same where the
+    /// program's future is unknown (the eager API, PyTorch).
+    pub(super) fn prefetch(&mut self) {
+        if self.copies.swapped_out.is_empty() || self.schedule.is_some() {
+            return;
+        }
+        let Some(budget) = self.table.counter().budget_bytes() else {
+            return;
+        };
+        while self.copies.to_device_until <= self.graph.clock {
+            let Some((&born, &storage)) = self.copies.swapped_out.last_key_value() else {
+                break;
+            };
+            let now = self.graph.clock;
+            let evicted = self
+                .graph
+                .storages
+                .get(storage)
+                .is_some_and(|info| info.residency == crate::graph::Residency::Evicted);
+            let copied = self
+                .table
+                .host_copy_ready_at(storage)
+                .is_some_and(|ready| ready <= now);
+            if !evicted || !copied {
+                self.copies.swapped_out.remove(&born);
+                continue;
+            }
+            let info = &self.graph.storages[storage];
+            let (bytes, root) = (info.bytes, info.tensors[0]);
+            let in_use = self.table.counter().in_use_bytes();
+            if in_use.saturating_add(bytes) > budget {
+                break;
+            }
+            let Some(blocks) = self.table.reserve(&[bytes]) else {
+                break;
+            };
+            let block = blocks[0];
+            let at = self.table.memory().arena().is_some().then_some(block);
+            self.copies.swapped_out.remove(&born);
+            if let Err(error) =
+                self.table
+                    .copy_from_host(&mut self.graph, storage, &mut self.backend, block, at)
+            {
+                self.table.unreserve(block);
+                tracing::warn!(target: "dtr::swap", %error, "prefetch failed; the storage comes back when needed");
+                continue;
+            }
+            let end = now.saturating_add(self.config.swap.transfer_cost(bytes));
+            self.copies.to_device_until = end;
+            self.copies.unread.insert(storage, end);
+            self.graph.tensors[root].defined = true;
+            self.heuristic.on_rematerialize(storage, &self.graph);
+            let event = RunEvent::Prefetched {
+                storage,
+                bytes,
+                arrives_at: end,
+            };
+            self.observers.notify(&event, &self.graph);
+        }
+    }
+
+    /// Gives the to-device queue to a copy needed now: prefetches still
+    /// under way and not locked are abandoned (their storages evicted
+    /// again, their host copies kept).
+    fn abort_prefetches(&mut self) {
+        let now = self.graph.clock;
+        if self.copies.to_device_until <= now {
+            return;
+        }
+        let in_flight: Vec<StorageId> = self
+            .copies
+            .unread
+            .iter()
+            .filter(|&(_, &end)| end > now)
+            .map(|(storage, _)| storage)
+            .collect();
+        let mut until = now;
+        for storage in in_flight {
+            if self.table.pool().contains(storage) {
+                self.evict(storage, false, None);
+            } else {
+                until = until.max(self.copies.unread[storage]);
+            }
+        }
+        self.copies.to_device_until = until;
+    }
+
+    /// `storage` is about to be read: if it is a prefetch not read yet,
+    /// compute waits for the rest of its transfer.
+    pub(super) fn await_arrival(&mut self, storage: StorageId) {
+        if let Some(end) = self.copies.unread.remove(storage) {
+            self.stall_until(end);
+        }
+    }
+
+    /// The prefetched storage not read yet that was made first (the one a
+    /// backward pass would read last), if one can be evicted: prefetches
+    /// fill only memory nothing else needs, so they give it back first.
+    fn unread_prefetch(&self) -> Option<StorageId> {
+        let (pool, copies) = (self.table.pool(), &self.copies);
+        copies
+            .unread
+            .keys()
+            .filter(|&storage| pool.contains(storage))
+            .min_by_key(|&storage| copies.born.get(storage).copied().unwrap_or(0))
+    }
+
+    /// What to evict for a `request` that does not fit. A prefetched
+    /// storage not read yet goes first (its host copy is kept). Under `drop` and
     /// `hybrid` the heuristic chooses (`hybrid` then decides per victim how
     /// it comes back). Under `swap` a candidate's cost is what bringing it
     /// back takes, the transfer and any wait for its copy, over its size
     /// and staleness as in h_DTR.
     pub(super) fn choose_victims(&mut self, request: u64) -> crate::policy::Victims {
+        if let Some(storage) = self.unread_prefetch() {
+            return crate::policy::Victims {
+                storages: smallvec::smallvec![storage],
+                score: None,
+            };
+        }
         let view = self.table.policy_view(&self.graph);
         let pool = self.table.pool();
         if self.config.restore != RestoreMode::Swap {
