@@ -52,10 +52,19 @@ fn chunks(text: &str) -> Vec<&str> {
     chunks
 }
 
-fn read_chunk<'t, T>(text: &'t str, read: &impl Fn(&'t str) -> Result<T, String>) -> Chunk<T> {
+/// Reads a chunk's lines; once `stop` is set (nothing more will be handed
+/// over) it gives up, leaving a chunk no one uses.
+fn read_chunk<'t, T>(
+    text: &'t str,
+    read: &impl Fn(&'t str) -> Result<T, String>,
+    stop: &AtomicBool,
+) -> Chunk<T> {
     // Real lines are longer than 40 bytes: room from above.
     let mut items = Vec::with_capacity(text.len() / 40);
     for (line, raw) in numbered_lines(text) {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         match read(raw) {
             Ok(item) => items.push((line, item)),
             Err(message) => {
@@ -109,7 +118,7 @@ pub(crate) fn read_in_order<'t, T: Send>(
         if index >= n {
             return false;
         }
-        let chunk = read_chunk(chunks[index], &read);
+        let chunk = read_chunk(chunks[index], &read, &stop);
         done.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(chunk);
         true
     };
@@ -130,7 +139,7 @@ pub(crate) fn read_in_order<'t, T: Send>(
                     // All claimed, this one by the helper, still reading
                     // it: read it again here rather than wait for a thread
                     // that may have lost its core (its copy goes unused).
-                    break read_chunk(chunks[index], &read);
+                    break read_chunk(chunks[index], &read, &stop);
                 }
             };
             match hand_over(offset, chunk) {
@@ -141,7 +150,8 @@ pub(crate) fn read_in_order<'t, T: Send>(
                 }
             }
         }
-        // The helper has nothing more to do for a reader that stopped.
+        // The helper's work is done or unused: it stops at its next line,
+        // so that leaving the scope (which joins it) waits for no chunk.
         stop.store(true, Ordering::Relaxed);
         result
     })
