@@ -183,6 +183,42 @@ fn an_unread_prefetch_gives_its_room_back_first() {
     dtr.check_invariants().unwrap();
 }
 
+#[test]
+fn a_copy_needed_now_takes_the_queue_from_a_prefetch() {
+    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
+    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+    let x = dtr.put_opaque(BYTES).unwrap();
+    let a = exp(&mut dtr, x, 5000);
+    let b = exp(&mut dtr, a, 5000);
+    let c = exp(&mut dtr, b, 5000);
+    // `d` evicts `a` and `e` evicts `b`, the stalest each time; both
+    // copies were done (by 9097 and 14097).
+    let d = exp(&mut dtr, c, 5000);
+    let e = exp(&mut dtr, d, 5000);
+    assert!(!dtr.is_resident(a).unwrap() && !dtr.is_resident(b).unwrap());
+    assert_eq!(dtr.graph().clock, 25001);
+    // Freeing `e` makes room: `b`, made after `a`, starts coming back, to
+    // arrive at 29097.
+    dtr.del(e).unwrap();
+    assert_eq!(dtr.stats().prefetches, 1);
+    assert!(dtr.is_resident(b).unwrap());
+    // Reading `a` needs it now: the prefetch of `b` is abandoned (its
+    // host copy kept) and `a` comes back from 25001 to 29097, not after
+    // `b`'s transfer.
+    dtr.get_value(a).unwrap();
+    assert!(!dtr.is_resident(b).unwrap());
+    assert_eq!(dtr.stats().swap_ins, 1);
+    assert_eq!(dtr.graph().clock, 29097);
+    assert_eq!(dtr.stats().swap_stall, 29097 - 25001);
+    assert!(dtr.memory().peak_bytes <= 4 * BYTES);
+    dtr.check_invariants().unwrap();
+    for t in [a, b, c, d, x] {
+        dtr.del(t).unwrap();
+    }
+    assert_eq!(dtr.tracked_storages(), 0);
+    assert_eq!(dtr.memory().host_bytes, 0);
+}
+
 /// A chain under a budget of three tensors, read back from the start:
 /// every early link must come back.
 fn chain<B: Backend>(dtr: &mut Interpreter<B>, cost: u64) -> Vec<Vec<f32>> {
