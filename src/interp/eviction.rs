@@ -34,35 +34,35 @@ impl<B: Backend> Interpreter<B> {
         if self.follows_plan() {
             return self.reserve_as_planned(sizes, purpose);
         }
-        match self.reserve_by_step_plan(sizes) {
+        let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+        match self.reserve_by_step_plan(sizes, requested) {
             steps::Planned::No => {}
             steps::Planned::Room(blocks) => {
-                self.step_request_done(sizes, false);
+                self.step_request_done(requested, false);
                 return Ok(blocks);
             }
             steps::Planned::OutOfMemory => {
-                self.step_request_done(sizes, true);
-                let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+                self.step_request_done(requested, true);
                 return Err(self.out_of_memory(requested, purpose));
             }
         }
         let mut held_back: Vec<StorageId> = Vec::new();
-        let result = self.reserve_holding_back(sizes, purpose, &mut held_back);
+        let result = self.reserve_holding_back(sizes, requested, purpose, &mut held_back);
         for storage in held_back {
             self.table.refresh_candidacy(&self.graph, storage);
         }
         self.schedule_reserved(result.is_err());
-        self.step_request_done(sizes, result.is_err());
+        self.step_request_done(requested, result.is_err());
         result
     }
 
     fn reserve_holding_back(
         &mut self,
         sizes: &[u64],
+        requested: u64,
         purpose: RoomFor<'_>,
         held_back: &mut Vec<StorageId>,
     ) -> Result<Vec<Block>> {
-        let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
         let mut guard = self.config.remat_memory_guard;
         loop {
             if let Some(blocks) = self.table.reserve(sizes) {

@@ -188,16 +188,15 @@ impl<B: Backend> Interpreter<B> {
         steps.fingerprint = state.hash_one((info.op.name(), info.signature.output_bytes()));
     }
 
-    /// A request for `sizes` as the step plan says: when the plan's next
+    /// A request for `sizes` (`bytes` in all) as the step plan says: when the plan's next
     /// evicting request is this one, evicts its victims and takes the room.
     /// Anything else (a different request, a victim gone or not evictable,
     /// room still short) ends following for this step: the policy makes
     /// the room, from the state the plan's evictions left.
-    pub(super) fn reserve_by_step_plan(&mut self, sizes: &[u64]) -> Planned {
+    pub(super) fn reserve_by_step_plan(&mut self, sizes: &[u64], bytes: u64) -> Planned {
         let Some(steps) = &self.steps else {
             return Planned::No;
         };
-        let bytes = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
         let (victims, out_of_memory) = match steps.planned_now(bytes) {
             PlanSays::Nothing => return Planned::No,
             PlanSays::Departed(why) => return self.depart_from_step_plan(why),
@@ -291,12 +290,11 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
-    /// Ends a request for `sizes` of memory (`failed`: out of memory).
-    pub(super) fn step_request_done(&mut self, sizes: &[u64], failed: bool) {
+    /// Ends a request for `bytes` of memory (`failed`: out of memory).
+    pub(super) fn step_request_done(&mut self, bytes: u64, failed: bool) {
         let Some(steps) = &mut self.steps else {
             return;
         };
-        let bytes = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
         let open = steps
             .record
             .last()
