@@ -631,6 +631,70 @@ fn marked_steps_follow_the_last_step_until_the_program_or_the_budget_changes() {
     dtr.check_invariants().unwrap();
 }
 
+/// A chain step as [`chain_step`] that frees `earlier` (tensors of the
+/// step before) after its op `free_earlier_after`, and returns its last
+/// tensor instead of freeing it.
+fn chain_step_freeing(
+    dtr: &mut Interpreter<CpuBackend>,
+    x: TensorId,
+    earlier: &[TensorId],
+    free_earlier_after: usize,
+) -> (Vec<f32>, TensorId) {
+    let mut tensors = vec![x];
+    for k in 0..8 {
+        let last = *tensors.last().unwrap();
+        tensors.push(add_scalar(dtr, last, k as f32));
+        if k == free_earlier_after {
+            for &t in earlier {
+                dtr.del(t).unwrap();
+            }
+        }
+    }
+    let last = tensors.pop().unwrap();
+    let value = dtr.get_value(last).unwrap();
+    for &t in &tensors[1..] {
+        dtr.del(t).unwrap();
+    }
+    (value, last)
+}
+
+#[test]
+fn a_step_whose_memory_differs_from_its_plans_is_repaired_and_keeps_following() {
+    let mut dtr = interpreter(Config::default().with_budget_bytes(5 * 4));
+    let x = dtr.put(&[1.0], &[1]).unwrap();
+    let expected = vec![1.0 + (0..8).sum::<usize>() as f32];
+    let mut kept = None;
+    let mut followed = Vec::new();
+    // Each step leaves its result to the next, which frees it after its
+    // op `free_after`: the same ops every step, but a step that frees it
+    // later than the last one finds less room where the plan made room.
+    for free_after in [0, 0, 0, 5, 5, 0, 0] {
+        let before = dtr.stats().clone();
+        let earlier: Vec<TensorId> = kept.take().into_iter().collect();
+        let (value, last) = chain_step_freeing(&mut dtr, x, &earlier, free_after);
+        assert_eq!(value, expected);
+        kept = Some(last);
+        dtr.mark_step().unwrap();
+        let after = dtr.stats();
+        followed.push((
+            after.planned_steps > before.planned_steps,
+            after.plan_repairs - before.plan_repairs,
+        ));
+    }
+    // The fourth step (the first to free late) and the sixth (the first to
+    // free early again) find other room than their plans made: the first
+    // falls short and is repaired, the second has more than it needs.
+    // Every step from the third on follows its plan.
+    assert_eq!(followed[..2], [(false, 0), (false, 0)]);
+    assert!(
+        followed[2..].iter().all(|&(planned, _)| planned),
+        "{followed:?}"
+    );
+    assert!(followed[3].1 > 0, "{followed:?}");
+    assert!(dtr.memory().peak_bytes <= 5 * 4);
+    dtr.check_invariants().unwrap();
+}
+
 #[test]
 fn marking_steps_while_a_static_plan_is_recorded_is_an_error() {
     let mut dtr = interpreter(Config::default().with_budget_bytes(64));

@@ -378,6 +378,7 @@ impl Engine {
         dict.set_item("lock_relaxations", stats.lock_relaxations)?;
         dict.set_item("steps", stats.steps)?;
         dict.set_item("planned_steps", stats.planned_steps)?;
+        dict.set_item("plan_repairs", stats.plan_repairs)?;
         dict.set_item("engine_ops", stats.ops)?;
         dict.set_item("compute_ns", stats.compute)?;
         dict.set_item("remat_compute_ns", stats.remat_compute)?;

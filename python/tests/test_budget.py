@@ -185,7 +185,8 @@ def test_stats_have_the_documented_fields():
         (torch.randn(100, requires_grad=True).exp().sum()).backward()
     stats = session.stats()
     for field in ("peak_bytes", "budget_bytes", "evictions", "rematerializations",
-                  "remat_seconds", "ops", "constant_peak_bytes"):
+                  "remat_seconds", "ops", "constant_peak_bytes", "steps", "planned_steps",
+                  "plan_repairs"):
         assert field in stats, field
     assert stats["budget_bytes"] == 2**30
     assert stats["ops"] > 0

@@ -135,9 +135,11 @@ pub enum RunEvent<'a> {
     /// The program marked the end of a step
     /// ([`crate::Interpreter::mark_step`]).
     StepEnded {
-        /// The step made every eviction of the previous step's plan and
-        /// no other: no policy ran.
+        /// The step followed the previous step's plan to the end: the
+        /// policy ran only to repair requests the plan left short.
         followed: bool,
+        /// Requests of a followed step the policy repaired.
+        repairs: u32,
     },
 }
 
@@ -196,9 +198,10 @@ impl Observer for Stats {
             RunEvent::SwappedIn { .. } => self.swap_ins += 1,
             RunEvent::Prefetched { .. } => self.prefetches += 1,
             RunEvent::Stalled { cost } => add(&mut self.swap_stall, cost),
-            RunEvent::StepEnded { followed } => {
+            RunEvent::StepEnded { followed, repairs } => {
                 self.steps += 1;
                 self.planned_steps += u64::from(followed);
+                self.plan_repairs += u64::from(repairs);
             }
             RunEvent::Put { .. }
             | RunEvent::Instruction { .. }

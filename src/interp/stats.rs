@@ -35,9 +35,13 @@ pub struct Stats {
     pub swap_stall: u64,
     /// Steps the program marked ([`crate::Interpreter::mark_step`]).
     pub steps: u64,
-    /// Steps that made exactly the previous step's evictions, by its plan,
-    /// with no policy.
+    /// Steps that made the previous step's evictions, by its plan, to the
+    /// end: no policy ran but to repair requests the plan left short.
     pub planned_steps: u64,
+    /// Requests of planned steps whose room the plan left short (the
+    /// memory state differed from the recorded step's), made up by the
+    /// policy.
+    pub plan_repairs: u64,
 }
 
 impl Stats {

@@ -8,10 +8,17 @@
 //! that record while the program repeats it: at each recorded request it
 //! checks that the same ops came before (their count, and a fingerprint of
 //! their names and sizes) and the same bytes are asked, evicts the recorded
-//! victims, and takes the room. The moment the step departs from it — other
-//! ops, other sizes, a victim that cannot be evicted, or room still short —
-//! the policy takes over for the rest of the step, and that step's record
-//! becomes the plan of the next. Eviction never changes values, so a plan
+//! victims, and takes the room. The moment the program departs from it —
+//! other ops, other sizes, other requests — the policy takes over for the
+//! rest of the step, and that step's record becomes the plan of the next.
+//!
+//! The same program can meet a different memory state: a tensor the
+//! program frees later than last time, a victim already evicted, a cost
+//! measured differently the step before (the policy's choices, and so the
+//! state a step leaves, depend on measured costs in PyTorch). Then a
+//! request the plan gave room to can fall short; the policy *repairs* it,
+//! evicting what is still missing for that request alone, and the step
+//! goes on following its plan. Eviction never changes values, so a plan
 //! that does not fit any more costs recomputation, never correctness.
 
 use std::hash::BuildHasher;
@@ -56,6 +63,9 @@ struct StepReservation {
 pub(super) struct StepPlans {
     /// The previous step's evicting requests, followed by this step.
     plan: Vec<StepReservation>,
+    /// The previous step's op count and fingerprint: a step that followed
+    /// its plan repeated it only if it ends with the same.
+    plan_program: (u32, u64),
     /// How many of `plan`'s requests this step has matched; `None` once it
     /// departed from the plan (or there was none).
     followed: Option<usize>,
@@ -70,14 +80,18 @@ pub(super) struct StepPlans {
     fingerprint: u64,
     /// The budget changed during this step: its record is no plan.
     budget_changed: bool,
+    /// Requests of this step the plan left short, for the policy to finish.
+    repairs: u32,
 }
 
 impl StepPlans {
-    /// Starts a step that follows `plan` (when it has one).
-    fn next_step(&mut self, plan: Vec<StepReservation>) {
+    /// Starts a step that follows `plan` (when it has one), recorded from
+    /// a step of `program` (op count, fingerprint).
+    fn next_step(&mut self, plan: Vec<StepReservation>, program: (u32, u64)) {
         *self = StepPlans {
             followed: Some(0),
             plan,
+            plan_program: program,
             ops: std::mem::take(&mut self.ops),
             positions: std::mem::take(&mut self.positions),
             ..StepPlans::default()
@@ -137,14 +151,18 @@ impl<B: Backend> Interpreter<B> {
     /// after the first mark is recorded: which storages each request for
     /// memory evicted. The next step follows that record with no policy
     /// while it repeats the step (the same ops, sizes and requests) and the
-    /// recorded victims can be evicted; from the first difference the
-    /// policy takes over for the rest of the step, and that step's record
-    /// becomes the plan. Values never depend on it; [`Stats::planned_steps`]
-    /// counts the steps that followed their plan to the end. Changing the
+    /// recorded victims can be evicted; from the first difference in the
+    /// program the policy takes over for the rest of the step, and that
+    /// step's record becomes the plan. Where only the memory state differs
+    /// (the plan's room falls short) the policy repairs that one request
+    /// and the step keeps following. Values never depend on it;
+    /// [`Stats::planned_steps`] counts the steps that followed their plan to
+    /// the end, [`Stats::plan_repairs`] the requests repaired. Changing the
     /// budget drops the plan. An error while a static plan is recorded or
     /// followed ([`Interpreter::record_plan`]).
     ///
     /// [`Stats::planned_steps`]: crate::Stats::planned_steps
+    /// [`Stats::plan_repairs`]: crate::Stats::plan_repairs
     pub fn mark_step(&mut self) -> crate::Result<()> {
         if self.schedule.is_some() {
             return Err(crate::Error::InvalidArgument(
@@ -152,15 +170,19 @@ impl<B: Backend> Interpreter<B> {
             ));
         }
         let steps = self.steps.get_or_insert_with(Default::default);
-        let followed = steps.followed == Some(steps.plan.len()) && !steps.plan.is_empty();
+        let program = (steps.ops.len() as u32, steps.fingerprint);
+        let followed = steps.followed == Some(steps.plan.len())
+            && !steps.plan.is_empty()
+            && program == steps.plan_program;
+        let repairs = if followed { steps.repairs } else { 0 };
         let plan = if steps.budget_changed {
             Vec::new()
         } else {
             std::mem::take(&mut steps.record)
         };
-        steps.next_step(plan);
+        steps.next_step(plan, program);
         self.observers
-            .notify(&RunEvent::StepEnded { followed }, &self.graph);
+            .notify(&RunEvent::StepEnded { followed, repairs }, &self.graph);
         Ok(())
     }
 
@@ -189,10 +211,11 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// A request for `sizes` (`bytes` in all) as the step plan says: when the plan's next
-    /// evicting request is this one, evicts its victims and takes the room.
-    /// Anything else (a different request, a victim gone or not evictable,
-    /// room still short) ends following for this step: the policy makes
-    /// the room, from the state the plan's evictions left.
+    /// evicting request is this one, evicts its victims (those still
+    /// evictable) and takes the room. A different request ends following
+    /// for this step; room still short is repaired: the policy makes the
+    /// rest of the room, from the state the plan's evictions left, and the
+    /// step goes on following.
     pub(super) fn reserve_by_step_plan(&mut self, sizes: &[u64], bytes: u64) -> Planned {
         let Some(steps) = &self.steps else {
             return Planned::No;
@@ -203,29 +226,10 @@ impl<B: Backend> Interpreter<B> {
             PlanSays::FitAsIs => {
                 return match self.table.reserve(sizes) {
                     Some(blocks) => Planned::Room(blocks),
-                    None => self.depart_from_step_plan(
-                        "a request the plan made room for without evicting does not fit",
-                    ),
+                    None => self.repair_step_plan("a request the plan evicted nothing for"),
                 };
             }
             PlanSays::Evict(planned) => (planned.victims.clone(), planned.out_of_memory),
-        };
-        for victim in victims {
-            match self.step_victim_storage(victim) {
-                Some(storage) if self.table.pool().contains(storage) => {
-                    self.evict(storage, false, None);
-                    self.step_victim(storage);
-                }
-                _ => return self.depart_from_step_plan("a planned victim is not evictable"),
-            }
-        }
-        let room = if out_of_memory {
-            Planned::OutOfMemory
-        } else {
-            match self.table.reserve(sizes) {
-                Some(blocks) => Planned::Room(blocks),
-                None => return self.depart_from_step_plan("the planned victims did not make room"),
-            }
         };
         if let Some(StepPlans {
             followed: Some(followed),
@@ -234,7 +238,34 @@ impl<B: Backend> Interpreter<B> {
         {
             *followed += 1;
         }
-        room
+        for victim in victims {
+            // One already evicted, or in use now, is passed over: if the
+            // room falls short for it, the repair makes up the difference.
+            if let Some(storage) = self.step_victim_storage(victim) {
+                if self.table.pool().contains(storage) {
+                    self.evict(storage, false, None);
+                    self.step_victim(storage);
+                }
+            }
+        }
+        if out_of_memory {
+            return Planned::OutOfMemory;
+        }
+        match self.table.reserve(sizes) {
+            Some(blocks) => Planned::Room(blocks),
+            None => self.repair_step_plan("the planned victims did not make room"),
+        }
+    }
+
+    /// The step follows its plan, but the room the plan made for this
+    /// request falls short: the policy makes the rest (its victims are
+    /// recorded with the plan's), and the step goes on following.
+    fn repair_step_plan(&mut self, why: &'static str) -> Planned {
+        if let Some(steps) = &mut self.steps {
+            tracing::debug!(target: "dtr::evict", why, request = steps.requests, "the step's plan falls short; the policy repairs this request");
+            steps.repairs += 1;
+        }
+        Planned::No
     }
 
     fn depart_from_step_plan(&mut self, why: &'static str) -> Planned {

@@ -383,8 +383,11 @@ class Session:
     def mark_step(self) -> None:
         """Ends a training step. While the program repeats it, the next steps
         make this step's evictions by plan, with no policy; a step that departs
-        from the plan falls back to the policy and becomes the next plan.
-        ``stats()["planned_steps"]`` counts the steps that followed a plan."""
+        from the plan falls back to the policy and becomes the next plan. Where
+        only the memory differs (the plan's room falls short), the policy
+        repairs that request and the step goes on following.
+        ``stats()["planned_steps"]`` counts the steps that followed a plan,
+        ``stats()["plan_repairs"]`` the requests repaired."""
         if self._engine is None:
             raise RuntimeError("the dtr session is closed")
         self._drain()
