@@ -154,24 +154,36 @@ impl Runner {
     }
 
     fn run(&mut self, program: &[Step]) -> Observed {
-        self.run_steps(&[program], false).0
+        self.run_steps(&[program], false, None).0
     }
 
     /// Runs each program as one step, releasing its tensors at its end and
     /// then, when `mark`, marking the step's end. Also gives the counters
     /// and the budget after each step.
+    /// Runs `steps` one after the other (marking each end when `mark`).
+    /// Step `carry` keeps its last live tensor into the next step, which
+    /// frees it after its first instruction: the same programs, but the
+    /// next step meets other memory than the one before it.
     fn run_steps(
         &mut self,
         steps: &[&[Step]],
         mark: bool,
+        carry: Option<usize>,
     ) -> (Observed, Vec<(dtr::Stats, Option<u64>)>) {
         let mut reads = Vec::new();
         let mut stats = Vec::new();
-        for program in steps {
+        let mut carried = None;
+        for (k, program) in steps.iter().enumerate() {
             for step in *program {
                 self.step(step, &mut reads).unwrap();
+                if let Some(t) = carried.take() {
+                    self.dtr.del(t).unwrap();
+                }
                 self.dtr.check_invariants().unwrap();
                 self.check_budget();
+            }
+            if carry == Some(k) && k + 1 < steps.len() {
+                carried = self.live.pop();
             }
             for t in std::mem::take(&mut self.live) {
                 self.dtr.del(t).unwrap();
@@ -471,15 +483,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES / 4))]
 
     /// Marked steps: a step that repeats the one before makes exactly its
-    /// evictions, by plan (same compute), and one that departs falls back
-    /// to the policy; values always equal the unbounded run's, within the
-    /// budget (the runner checks it after every instruction).
+    /// evictions, by plan (same compute), one that departs falls back to
+    /// the policy, and one that meets other memory (a tensor carried over
+    /// from the step before) is repaired; values always equal the
+    /// unbounded run's, within the budget (the runner checks it after every
+    /// instruction).
     #[test]
     fn marked_steps_repeat_the_last_step_or_fall_back(
         program in prop::collection::vec(step(), 1..60),
         other in prop::collection::vec(step(), 1..60),
         // The step that runs `other` instead (5: none).
         detour in 1usize..6,
+        // The step that keeps a tensor into the next (4 and 5: none).
+        carry in 1usize..6,
         budget_fraction in 0.05f64..1.0,
         heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "msps", "lru", "random", "coop"]),
         eager in any::<bool>(),
@@ -494,11 +510,11 @@ proptest! {
             .map(|k| if k == detour { &other[..] } else { &program[..] })
             .collect();
         let mut unbounded = Runner::new(base.clone());
-        let (expected, _) = unbounded.run_steps(&steps, false);
+        let (expected, _) = unbounded.run_steps(&steps, false, Some(carry));
         let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
 
         let mut bounded = Runner::new(base.with_budget_bytes(budget));
-        let (observed, stats) = bounded.run_steps(&steps, true);
+        let (observed, stats) = bounded.run_steps(&steps, true, Some(carry));
         prop_assert_eq!(observed, expected);
         // Steps 0 (before the first mark) and 1 (recorded) run the policy.
         for k in 2..steps.len() {
@@ -508,7 +524,9 @@ proptest! {
             let recorded = policy_evictions(before) - policy_evictions(earlier);
             // An out-of-memory raises the budget, which drops the plan.
             let same_budget = budget == budget_now;
-            if k - 1 == detour || k == detour || recorded == 0 || !same_budget {
+            // The step after a carry meets other memory, and so may the next.
+            let carried = k == carry + 1 || k == carry + 2;
+            if k - 1 == detour || k == detour || carried || recorded == 0 || !same_budget {
                 continue;
             }
             prop_assert_eq!(now.planned_steps, before.planned_steps + 1, "step {} follows", k);
