@@ -151,6 +151,9 @@ def test_marked_steps_train_bitwise_like_stock(name):
     stats = run[3].stats()
     assert stats["peak_bytes"] <= budget, stats
     assert stats["steps"] == len(batches), stats
+    # The first marked step is recorded; every later one repeats its ops and
+    # follows its plan, repairing where the memory it meets differs.
+    assert stats["planned_steps"] == len(batches) - 2, stats
 
 
 def test_a_repeating_step_follows_the_last_steps_plan():

@@ -5,21 +5,25 @@
 //! Every step is recorded: for each request for memory that evicted, which
 //! storages it evicted, each named by the op of the step that made it (its
 //! position among the step's ops) and the output. The next step follows
-//! that record while the program repeats it: at each recorded request it
-//! checks that the same ops came before (their count, and a fingerprint of
-//! their names and sizes) and the same bytes are asked, evicts the recorded
-//! victims, and takes the room. The moment the program departs from it —
-//! other ops, other sizes, other requests — the policy takes over for the
-//! rest of the step, and that step's record becomes the plan of the next.
+//! that record while the program repeats it: a request is the recorded one
+//! when the same ops came before it (their count, and a fingerprint of
+//! their names and sizes), it is as many requests after the last op and
+//! it asks the same bytes; then the step evicts the recorded victims and
+//! takes the room. The moment the program departs from it — other ops,
+//! other sizes — the policy takes over for the rest of the step, and that
+//! step's record becomes the plan of the next.
 //!
 //! The same program can meet a different memory state: a tensor the
 //! program frees later than last time, a victim already evicted, a cost
 //! measured differently the step before (the policy's choices, and so the
-//! state a step leaves, depend on measured costs in PyTorch). Then a
-//! request the plan gave room to can fall short; the policy *repairs* it,
-//! evicting what is still missing for that request alone, and the step
-//! goes on following its plan. Eviction never changes values, so a plan
-//! that does not fit any more costs recomputation, never correctness.
+//! state a step leaves, depend on measured costs in PyTorch). It may then
+//! rematerialise more or less than the recorded step (requests the plan
+//! does not know of, or recorded ones that do not come: passed over once
+//! the next op runs), and a request the plan gave room to can fall short:
+//! the policy *repairs* it, evicting what is still missing for that request
+//! alone, and the step goes on following its plan. Eviction never changes
+//! values, so a plan that does not fit any more costs recomputation, never
+//! correctness.
 
 use std::hash::BuildHasher;
 
@@ -45,6 +49,8 @@ enum Victim {
 struct StepReservation {
     /// Its position among the step's requests.
     request: u32,
+    /// Its position among the requests since the step's last op.
+    op_request: u32,
     /// Ops applied in the step before it.
     ops: u32,
     /// The fingerprint of those ops.
@@ -66,13 +72,14 @@ pub(super) struct StepPlans {
     /// The previous step's op count and fingerprint: a step that followed
     /// its plan repeated it only if it ends with the same.
     plan_program: (u32, u64),
-    /// How many of `plan`'s requests this step has matched; `None` once it
-    /// departed from the plan (or there was none).
+    /// How many of `plan`'s requests this step has matched or passed over;
+    /// `None` once it departed from the plan (or there was none).
     followed: Option<usize>,
     /// This step's evicting requests so far: the next step's plan.
     record: Vec<StepReservation>,
-    /// Requests for memory made in this step.
+    /// Requests for memory made in this step, and since its last op.
     requests: u32,
+    op_requests: u32,
     /// This step's ops, by position, and each one's position.
     ops: Vec<NodeId>,
     positions: SecondaryMap<NodeId, u32>,
@@ -100,25 +107,29 @@ impl StepPlans {
         self.positions.clear();
     }
 
-    /// What the plan says of the request under way, for `bytes`.
-    fn planned_now(&self, bytes: u64) -> PlanSays<'_> {
-        let Some(followed) = self.followed else {
+    /// What the plan says of the request under way, for `bytes`. Requests
+    /// are matched by their op and their position and size since it: a step
+    /// that meets other memory may rematerialise more or less than the
+    /// recorded one, so the count of requests drifts, while the ops do not.
+    fn planned_now(&mut self, bytes: u64) -> PlanSays<'_> {
+        let Some(followed) = &mut self.followed else {
             return PlanSays::Nothing;
         };
-        let Some(next) = self.plan.get(followed) else {
+        let ops = self.ops.len() as u32;
+        // Requests of ops already past did not come again (the recorded
+        // step rematerialised something this one still holds): passed over.
+        while self.plan.get(*followed).is_some_and(|next| next.ops < ops) {
+            *followed += 1;
+        }
+        let Some(next) = self.plan.get(*followed) else {
             return PlanSays::FitAsIs;
         };
-        if next.request > self.requests {
-            return PlanSays::FitAsIs;
-        }
-        let same = next.request == self.requests
-            && next.ops == self.ops.len() as u32
-            && next.fingerprint == self.fingerprint
-            && next.bytes == bytes;
-        if same {
-            PlanSays::Evict(next)
+        if next.ops > ops || next.op_request != self.op_requests || next.bytes != bytes {
+            PlanSays::FitAsIs
+        } else if next.fingerprint != self.fingerprint {
+            PlanSays::Departed("other ops than the plan's")
         } else {
-            PlanSays::Departed("another request than the plan's")
+            PlanSays::Evict(next)
         }
     }
 }
@@ -150,12 +161,11 @@ impl<B: Backend> Interpreter<B> {
     /// Ends a step of a program that repeats (a training step). Each step
     /// after the first mark is recorded: which storages each request for
     /// memory evicted. The next step follows that record with no policy
-    /// while it repeats the step (the same ops, sizes and requests) and the
-    /// recorded victims can be evicted; from the first difference in the
-    /// program the policy takes over for the rest of the step, and that
-    /// step's record becomes the plan. Where only the memory state differs
-    /// (the plan's room falls short) the policy repairs that one request
-    /// and the step keeps following. Values never depend on it;
+    /// while it repeats the step (the same ops and sizes); from the first
+    /// difference in the program the policy takes over for the rest of the
+    /// step, and that step's record becomes the plan. Where only the memory
+    /// state differs (the plan's room falls short) the policy repairs that
+    /// one request and the step keeps following. Values never depend on it;
     /// [`Stats::planned_steps`] counts the steps that followed their plan to
     /// the end, [`Stats::plan_repairs`] the requests repaired. Changing the
     /// budget drops the plan. An error while a static plan is recorded or
@@ -170,10 +180,11 @@ impl<B: Backend> Interpreter<B> {
             ));
         }
         let steps = self.steps.get_or_insert_with(Default::default);
+        // Followed to the end: never departed, over the same ops. (Requests
+        // of the last op the plan had and this step did not are passed over.)
         let program = (steps.ops.len() as u32, steps.fingerprint);
-        let followed = steps.followed == Some(steps.plan.len())
-            && !steps.plan.is_empty()
-            && program == steps.plan_program;
+        let followed =
+            steps.followed.is_some() && !steps.plan.is_empty() && program == steps.plan_program;
         let repairs = if followed { steps.repairs } else { 0 };
         let plan = if steps.budget_changed {
             Vec::new()
@@ -206,6 +217,7 @@ impl<B: Backend> Interpreter<B> {
         let position = steps.ops.len() as u32;
         steps.ops.push(node);
         steps.positions.insert(node, position);
+        steps.op_requests = 0;
         let state = foldhash::fast::FixedState::with_seed(steps.fingerprint);
         steps.fingerprint = state.hash_one((info.op.name(), info.signature.output_bytes()));
     }
@@ -217,7 +229,7 @@ impl<B: Backend> Interpreter<B> {
     /// rest of the room, from the state the plan's evictions left, and the
     /// step goes on following.
     pub(super) fn reserve_by_step_plan(&mut self, sizes: &[u64], bytes: u64) -> Planned {
-        let Some(steps) = &self.steps else {
+        let Some(steps) = &mut self.steps else {
             return Planned::No;
         };
         let (victims, out_of_memory) = match steps.planned_now(bytes) {
@@ -310,6 +322,7 @@ impl<B: Backend> Interpreter<B> {
             _ => {
                 let reservation = StepReservation {
                     request,
+                    op_request: steps.op_requests,
                     ops: steps.ops.len() as u32,
                     fingerprint: steps.fingerprint,
                     bytes: 0, // set when the request ends
@@ -333,6 +346,7 @@ impl<B: Backend> Interpreter<B> {
         if failed && !open {
             steps.record.push(StepReservation {
                 request: steps.requests,
+                op_request: steps.op_requests,
                 ops: steps.ops.len() as u32,
                 fingerprint: steps.fingerprint,
                 bytes,
@@ -344,5 +358,6 @@ impl<B: Backend> Interpreter<B> {
             open.out_of_memory = failed;
         }
         steps.requests += 1;
+        steps.op_requests += 1;
     }
 }
