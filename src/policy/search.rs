@@ -211,8 +211,9 @@ impl CandidateSearch {
             (Sampling::All, Some(order)) => order,
             _ => return self.lowest(pool, score),
         };
-        // The bound of a place, and whether places after it in its bucket
-        // have bounds at least as high (so a bound too high ends the bucket).
+        // The bound of a place. In the orders that `ends_bucket`, the places
+        // after it in its bucket (accessed later) have bounds at least as
+        // high, so the first bound too high ends the bucket.
         let bound = |&(bucket, last_access, _): &Place| -> f64 {
             let bound = match order {
                 PoolOrder::CostDensity => {
