@@ -1,5 +1,6 @@
 //! Cost of one eviction against the number of candidates, for a full scan
-//! and for √N sampling. N independent recomputable storages of 1 KiB sit
+//! (the plain scan in pool order, and the ordered search that
+//! `--sampling all` runs, which chooses the same) and for √N sampling. N independent recomputable storages of 1 KiB sit
 //! in a budget they fill exactly; each new 1 KiB op then evicts one.
 //!
 //! A third bench times √N sampling at 10⁶ candidates after a warm-up of
@@ -38,9 +39,15 @@ fn kib_op(cost: u64) -> Op {
 /// Times one eviction per iteration: each iteration's new 1 KiB op evicts
 /// one of `n` candidates, after `warmup` evictions.
 fn evictions(bencher: Bencher, n: usize, sampling: Sampling, warmup: usize) {
+    evictions_with(bencher, n, sampling, warmup, true);
+}
+
+/// As [`evictions`], with the ordered exact search on or off.
+fn evictions_with(bencher: Bencher, n: usize, sampling: Sampling, warmup: usize, ordered: bool) {
     let config = Config::default()
         .with_heuristic("dtr-eq")
         .with_sampling(sampling)
+        .with_ordered_search(ordered)
         .with_seed(1);
     let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
     for i in 0..n {
@@ -62,8 +69,16 @@ fn evictions(bencher: Bencher, n: usize, sampling: Sampling, warmup: usize) {
 
 const CANDIDATES: [usize; 4] = [1_000, 10_000, 100_000, 1_000_000];
 
+/// `--sampling all` as it was: every candidate read, in pool order.
 #[divan::bench(args = CANDIDATES)]
 fn full_scan(bencher: Bencher, candidates: usize) {
+    evictions_with(bencher, candidates, Sampling::All, 0, false);
+}
+
+/// `--sampling all` now: in the order of `c0 / m`, oldest first, stopping
+/// where no candidate left can beat the best.
+#[divan::bench(args = CANDIDATES)]
+fn ordered_scan(bencher: Bencher, candidates: usize) {
     evictions(bencher, candidates, Sampling::All, 0);
 }
 

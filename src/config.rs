@@ -181,6 +181,13 @@ pub struct Config {
     pub memory: MemoryModel,
     /// Which candidates the victim search scores.
     pub sampling: Sampling,
+    /// With [`Sampling::All`], let the search visit the candidates in the
+    /// order of a lower bound of the heuristic's scores and stop where no
+    /// remaining one can beat the best (for heuristics that have such a
+    /// bound: `dtr`, `dtr-eq`, `dtr-local`, `msps`, `lru`, `size`). The
+    /// choices are exactly those of the plain scan in pool order; `false`
+    /// keeps the plain scan (to compare with it).
+    pub ordered_search: bool,
     /// Seeds every random choice (sampling, `random`); same seed, same run.
     pub seed: u64,
     /// When an op cannot get room during a deep rematerialisation, let the
@@ -213,6 +220,7 @@ impl Default for Config {
         Config {
             budget: Budget::Unbounded,
             heuristic: crate::policy::DEFAULT_HEURISTIC.into(),
+            ordered_search: true,
             eager_eviction: true,
             record_events: false,
             retain_history: false,
@@ -284,6 +292,12 @@ impl Config {
     /// See [`Config::sampling`].
     pub fn with_sampling(mut self, sampling: Sampling) -> Config {
         self.sampling = sampling;
+        self
+    }
+
+    /// See [`Config::ordered_search`].
+    pub fn with_ordered_search(mut self, ordered: bool) -> Config {
+        self.ordered_search = ordered;
         self
     }
 

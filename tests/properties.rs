@@ -372,6 +372,37 @@ proptest! {
     ) {
         cached_against_walk(("dtr-eq", "dtr-eq-walk"), &program, budget_fraction, eager, retain)?;
     }
+
+    /// `--sampling all`'s ordered search (candidates in the order of a
+    /// bound of the scores, stopping where none left can win) decides
+    /// exactly as the plain scan in pool order, for every heuristic with
+    /// such an order, in counter and in arena memory.
+    #[test]
+    fn ordered_search_decides_like_the_scan(
+        program in prop::collection::vec(step(), 1..80),
+        budget_fraction in 0.05f64..1.0,
+        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size"]),
+        arena in any::<bool>(),
+        eager in any::<bool>(),
+        retain in any::<bool>(),
+    ) {
+        let memory = if arena { MemoryModel::Arena { alignment: 64 } } else { MemoryModel::Counter };
+        let base = Config::default()
+            .with_heuristic(heuristic)
+            .with_memory(memory)
+            .with_eager_eviction(eager)
+            .with_retained_history(retain)
+            .with_events(true);
+        let mut unbounded = Runner::new(base.clone().unbounded());
+        unbounded.run(&program);
+        let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
+        let mut ordered = Runner::new(base.clone().with_budget_bytes(budget));
+        let mut scan = Runner::new(base.with_ordered_search(false).with_budget_bytes(budget));
+        let (a, b) = (ordered.run(&program), scan.run(&program));
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(ordered.dtr.events(), scan.dtr.events());
+        prop_assert_eq!(ordered.dtr.stats(), scan.dtr.stats());
+    }
 }
 
 /// Runs `program` under `dtr` and under the `dtr-walk` reference at the same

@@ -124,11 +124,21 @@ impl<B: Backend> Interpreter<B> {
                 )));
             }
         }
+        let heuristic = policy.build(config.seed);
+        let mut table = StorageTable::new(Memory::new(config.memory, budget_bytes));
+        // An exact search visits candidates in the heuristic's order, when
+        // it has one (`swap` scores by its own cost, in pool order).
+        if config.sampling == crate::policy::Sampling::All
+            && config.ordered_search
+            && config.restore != crate::config::RestoreMode::Swap
+        {
+            table.keep_order(heuristic.pool_order());
+        }
         Ok(Interpreter {
             backend,
             graph: Graph::new(),
-            table: StorageTable::new(Memory::new(config.memory, budget_bytes)),
-            heuristic: policy.build(config.seed),
+            table,
+            heuristic,
             heuristic_name: policy.name,
             search: CandidateSearch::new(config.sampling, config.seed),
             observers: observer::Observers {

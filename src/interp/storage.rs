@@ -390,6 +390,11 @@ impl<B: Backend> StorageTable<B> {
         self.pool.remove(storage);
     }
 
+    /// Keeps the candidate pool in `order` (see [`CandidatePool::keep_order`]).
+    pub(super) fn keep_order(&mut self, order: Option<crate::policy::PoolOrder>) {
+        self.pool.keep_order(order);
+    }
+
     pub(super) fn pool(&self) -> &CandidatePool {
         &self.pool
     }

@@ -23,7 +23,7 @@ use slotmap::SecondaryMap;
 
 use super::region::{Direction, RegionWalker};
 use super::PolicyView;
-use super::{cost_density, Heuristic};
+use super::{cost_density, Heuristic, PoolOrder};
 use crate::graph::{Graph, Residency, StorageId};
 
 #[derive(Default)]
@@ -109,6 +109,11 @@ impl Heuristic for Dtr {
 
     fn at_least_cost_density(&self) -> bool {
         true
+    }
+
+    /// Regions only add cost to the cost density.
+    fn pool_order(&self) -> Option<PoolOrder> {
+        Some(PoolOrder::CostDensity)
     }
 
     fn before_scoring(&mut self, graph: &Graph) {

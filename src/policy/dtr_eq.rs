@@ -9,7 +9,7 @@ use slotmap::SecondaryMap;
 use smallvec::SmallVec;
 
 use super::eqclass::EqClasses;
-use super::{Heuristic, PolicyView};
+use super::{Heuristic, PolicyView, PoolOrder};
 use crate::graph::{Graph, StorageId};
 
 /// The class nodes of one storage's distinct evicted neighbours, under a
@@ -135,6 +135,12 @@ impl Heuristic for DtrEq {
     /// Not for `dte`, whose sizes with the free bytes beside make scores lower.
     fn at_least_cost_density(&self) -> bool {
         !self.fragmentation_aware
+    }
+
+    /// As [`Heuristic::at_least_cost_density`]; not for the walking
+    /// reference either, which checks the ordered search against the scan.
+    fn pool_order(&self) -> Option<PoolOrder> {
+        (!self.fragmentation_aware && !self.uncached).then_some(PoolOrder::CostDensity)
     }
 
     fn on_evict(&mut self, storage: StorageId, graph: &Graph) {

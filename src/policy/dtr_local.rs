@@ -1,7 +1,7 @@
 //! `h_DTR_local = c0(s) / (m(s) · stale(s))`: the storage's own cost only.
 
 use super::PolicyView;
-use super::{cost_density, Heuristic};
+use super::{cost_density, Heuristic, PoolOrder};
 use crate::graph::StorageId;
 
 pub struct DtrLocal;
@@ -15,5 +15,9 @@ impl Heuristic for DtrLocal {
     /// Its score is the cost density itself.
     fn at_least_cost_density(&self) -> bool {
         true
+    }
+
+    fn pool_order(&self) -> Option<PoolOrder> {
+        Some(PoolOrder::CostDensity)
     }
 }

@@ -18,7 +18,7 @@ mod region;
 mod search;
 mod size;
 
-pub use pool::{Candidate, CandidatePool};
+pub use pool::{Candidate, CandidatePool, PoolOrder};
 pub use search::{CandidateSearch, Sampling};
 
 use slotmap::SecondaryMap;
@@ -83,6 +83,16 @@ pub trait Heuristic: Send {
         false
     }
 
+    /// The order of the candidate pool whose key bounds this heuristic's
+    /// scores from below, if one does: an exact search (`--sampling all`)
+    /// then visits candidates in that order and stops where no remaining
+    /// one can beat the best (see [`CandidateSearch::lowest_ordered`]). The
+    /// interpreter keeps the pool in it. Only a true bound keeps the
+    /// choices the same.
+    fn pool_order(&self) -> Option<PoolOrder> {
+        None
+    }
+
     /// What to evict to make room for an allocation of `request` bytes
     /// that does not fit. The default is the lowest-scoring candidate that
     /// `search` finds; policies that reason about address ranges override it.
@@ -95,8 +105,9 @@ pub trait Heuristic: Send {
     ) -> Victims {
         self.before_scoring(view.graph);
         let bounded = self.at_least_cost_density();
+        let ordered = pool.order().is_some() && pool.order() == self.pool_order();
         let clock = view.graph.clock;
-        let found = search.lowest(pool, |candidate, best| {
+        let score = |candidate: &Candidate, best: Option<f64>| {
             if let Some(best) = best {
                 // The pool's bound reads no graph: most candidates stop here.
                 if bounded && candidate.cost_density_bound(clock) > best {
@@ -107,7 +118,12 @@ pub trait Heuristic: Send {
                 }
             }
             Some(self.score(candidate.storage, view))
-        });
+        };
+        let found = if ordered {
+            search.lowest_exact(pool, clock, score)
+        } else {
+            search.lowest(pool, score)
+        };
         match found {
             Some((storage, score)) => Victims {
                 storages: smallvec![storage],

@@ -2,8 +2,8 @@
 //! memory saved per second of recomputation, without staleness.
 
 use super::region::{Direction, RegionWalker};
-use super::Heuristic;
 use super::PolicyView;
+use super::{Heuristic, PoolOrder};
 use crate::graph::StorageId;
 
 #[derive(Default)]
@@ -21,5 +21,10 @@ impl Heuristic for Msps {
         let cost =
             graph.storages[storage].cost + self.walker.cost(graph, storage, Direction::Ancestors);
         cost as f64 / bytes as f64
+    }
+
+    /// `c0(s) / held(s)`: ancestors only add cost, and `held ≥ m`.
+    fn pool_order(&self) -> Option<PoolOrder> {
+        Some(PoolOrder::CostPerByte)
     }
 }

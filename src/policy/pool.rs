@@ -11,9 +11,79 @@
 //! interpreter keeps the entries equal to the graph's values
 //! ([`CandidatePool::refresh`]), and its invariant check verifies it.
 
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
 use slotmap::SecondaryMap;
 
 use crate::graph::{StorageId, StorageInfo};
+
+/// A lower bound of a heuristic's scores that a pool entry alone gives,
+/// through a key that does not change with the clock: the pool can then
+/// keep its candidates ordered by that key ([`CandidatePool::keep_order`])
+/// and an exact search visit them in that order, stopping where no
+/// remaining candidate's bound can beat the best score found (see
+/// [`crate::policy::CandidateSearch::lowest_ordered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolOrder {
+    /// Scores are at least `c0 / (held · stale)` (the DTR family): keyed
+    /// by `c0 / held`, and within equal keys by last access, oldest first.
+    CostDensity,
+    /// Scores are at least `c0 / held`, staleness aside (h_MSPS).
+    CostPerByte,
+    /// Scores are the last access itself (h_LRU).
+    LastAccess,
+    /// Scores are at least `1 / held` (h_size).
+    InverseSize,
+}
+
+/// Key bits kept per bucket: the exponent and the two leading mantissa bits
+/// of a non-negative `f64`, so a bucket spans a factor of at most 2^(1/4)
+/// (their order is the order of the values).
+const BUCKET_SHIFT: u32 = 50;
+
+/// The bucket of a non-negative key (+∞ included).
+fn bucket_of(key: f64) -> u32 {
+    (key.to_bits() >> BUCKET_SHIFT) as u32
+}
+
+/// The least key of `bucket`: no key in it is smaller.
+pub(super) fn bucket_floor(bucket: u32) -> f64 {
+    f64::from_bits(u64::from(bucket) << BUCKET_SHIFT)
+}
+
+/// `numerator / held`, +∞ for no bytes (whose scores are +∞).
+fn per_byte(numerator: u64, held: u64) -> f64 {
+    if held == 0 {
+        f64::INFINITY
+    } else {
+        numerator as f64 / held as f64
+    }
+}
+
+/// One candidate's place in a [`PoolOrder`]: its key's bucket, its last
+/// access, its position in the pool.
+pub(super) type Place = (u32, u64, u32);
+
+impl PoolOrder {
+    fn place(self, candidate: &Candidate, position: u32) -> Place {
+        let bucket = match self {
+            PoolOrder::CostDensity | PoolOrder::CostPerByte => {
+                bucket_of(per_byte(candidate.cost, candidate.held))
+            }
+            PoolOrder::LastAccess => 0,
+            PoolOrder::InverseSize => bucket_of(per_byte(1, candidate.held)),
+        };
+        (bucket, candidate.last_access, position)
+    }
+}
+
+/// The pool's candidates in a [`PoolOrder`].
+#[derive(Debug)]
+struct Ordered {
+    order: PoolOrder,
+    places: BTreeSet<Place>,
+}
 
 /// One candidate as the pool keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +124,8 @@ pub struct CandidatePool {
     /// Each member's position in `entries`.
     members: SecondaryMap<StorageId, u32>,
     bytes: u64,
+    /// The members in a heuristic's order, when one is kept.
+    ordered: Option<Ordered>,
 }
 
 impl CandidatePool {
@@ -105,13 +177,81 @@ impl CandidatePool {
                 .as_mut()
                 .expect("a member's entry");
             self.bytes = self.bytes - entry.held + held;
-            *entry = candidate;
+            let old = std::mem::replace(entry, candidate);
+            self.reorder(position, &old);
             return;
         }
         let position = u32::try_from(self.entries.len()).expect("fewer than 2³² entries");
         self.members.insert(storage, position);
         self.entries.push(Some(candidate));
         self.bytes = self.bytes.saturating_add(held);
+        if let Some(ordered) = &mut self.ordered {
+            ordered
+                .places
+                .insert(ordered.order.place(&candidate, position));
+        }
+    }
+
+    /// Moves the member at `position`, which was `old`, to its entry's place.
+    fn reorder(&mut self, position: u32, old: &Candidate) {
+        if let Some(ordered) = &mut self.ordered {
+            let new = self.entries[position as usize]
+                .as_ref()
+                .expect("a member's entry");
+            let (was, is) = (
+                ordered.order.place(old, position),
+                ordered.order.place(new, position),
+            );
+            if was != is {
+                ordered.places.remove(&was);
+                ordered.places.insert(is);
+            }
+        }
+    }
+
+    /// Keeps the members in `order` from now on (`None`: in none), for
+    /// [`crate::policy::CandidateSearch::lowest_ordered`].
+    pub fn keep_order(&mut self, order: Option<PoolOrder>) {
+        self.ordered = order.map(|order| Ordered {
+            order,
+            places: BTreeSet::new(),
+        });
+        self.rebuild_order();
+    }
+
+    /// The order the members are kept in, if any.
+    pub fn order(&self) -> Option<PoolOrder> {
+        self.ordered.as_ref().map(|ordered| ordered.order)
+    }
+
+    /// The members' places in their order from `from` on (nothing when no
+    /// order is kept).
+    pub(super) fn places_from(&self, from: Place) -> impl Iterator<Item = &Place> + '_ {
+        self.ordered.iter().flat_map(move |ordered| {
+            ordered
+                .places
+                .range((Bound::Included(from), Bound::Unbounded))
+        })
+    }
+
+    /// The entry at `position` of [`CandidatePool::entries`].
+    pub(super) fn at(&self, position: u32) -> &Candidate {
+        self.entries[position as usize]
+            .as_ref()
+            .expect("an ordered member's entry")
+    }
+
+    fn rebuild_order(&mut self) {
+        if let Some(ordered) = &mut self.ordered {
+            ordered.places = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter_map(|(position, entry)| {
+                    entry.map(|candidate| ordered.order.place(&candidate, position as u32))
+                })
+                .collect();
+        }
     }
 
     /// Gives a member's entry the cost and last access of `info` (no-op
@@ -121,12 +261,14 @@ impl CandidatePool {
             let entry = self.entries[position as usize]
                 .as_mut()
                 .expect("a member's entry");
+            let old = *entry;
             entry.cost = if entry.held >= info.bytes {
                 info.cost
             } else {
                 0
             };
             entry.last_access = info.last_access;
+            self.reorder(position, &old);
         }
     }
 
@@ -139,6 +281,11 @@ impl CandidatePool {
             .take()
             .expect("a member's entry");
         self.bytes -= entry.held;
+        if let Some(ordered) = &mut self.ordered {
+            ordered
+                .places
+                .remove(&ordered.order.place(&entry, position));
+        }
         if self.entries.len() > 64 && self.entries.len() > 2 * self.members.len() {
             self.compact();
         }
@@ -161,6 +308,7 @@ impl CandidatePool {
         for (position, candidate) in self.entries.iter().flatten().enumerate() {
             self.members[candidate.storage] = position as u32;
         }
+        self.rebuild_order();
     }
 }
 

@@ -4,7 +4,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::pool::Candidate;
+use super::pool::{bucket_floor, Candidate, Place, PoolOrder};
 use super::CandidatePool;
 use crate::graph::StorageId;
 
@@ -53,6 +53,13 @@ fn prefetch<T>(value: &T) {
 pub struct CandidateSearch {
     sampling: Sampling,
     rng: StdRng,
+    /// Scratch for [`CandidateSearch::lowest_ordered`]: each bucket's
+    /// lowest bound and first place.
+    buckets: Vec<(f64, Place)>,
+    /// The share of the pool the last ordered searches visited, averaged.
+    ordered_share: f64,
+    /// Searches by [`CandidateSearch::lowest_exact`] so far.
+    searches: u64,
 }
 
 impl CandidateSearch {
@@ -61,6 +68,9 @@ impl CandidateSearch {
         CandidateSearch {
             sampling,
             rng: StdRng::seed_from_u64(seed),
+            buckets: Vec::new(),
+            ordered_share: 0.0,
+            searches: 0,
         }
     }
 
@@ -150,6 +160,157 @@ impl CandidateSearch {
     }
 }
 
+/// A bound from a [`PoolOrder`] key is compared only after lowering it by
+/// this relative margin: the key, the staleness and the score are rounded
+/// differently (a few units of 2⁻⁵³ each), and the margin keeps the bound
+/// below every score it bounds, so pruning never drops a possible victim.
+const MARGIN: f64 = 1.0 - 1.0 / (1u64 << 30) as f64;
+
+/// The best candidate found by [`CandidateSearch::lowest_ordered`], chosen
+/// as the full scan in pool order would choose it.
+#[derive(Clone, Copy)]
+struct Best {
+    score: f64,
+    position: u32,
+    storage: StorageId,
+}
+
+impl Best {
+    /// Whether the full scan would choose `score` at `position` over `self`:
+    /// the scan ends at the first score ≤ 0, and otherwise keeps the last
+    /// of the lowest.
+    fn beaten_by(&self, score: f64, position: u32) -> bool {
+        if score <= 0.0 || self.score <= 0.0 {
+            self.score > 0.0 || (score <= 0.0 && position < self.position)
+        } else {
+            score < self.score || (score == self.score && position > self.position)
+        }
+    }
+}
+
+impl CandidateSearch {
+    /// What [`CandidateSearch::lowest`] with [`Sampling::All`] would find
+    /// (the same candidate and score, bit for bit), visiting the candidates
+    /// in the pool's [`PoolOrder`], which must be a lower bound of `score`:
+    /// a candidate is scored only while its bound could still beat or tie
+    /// the best score so far, so most are never read. Ties go as in the
+    /// scan: the last in pool order, or the first scoring 0. Without an
+    /// order kept in the pool (or with √N sampling), it is
+    /// [`CandidateSearch::lowest`].
+    ///
+    /// `score` gets the score a candidate must beat or tie and may answer
+    /// `None` for one whose score it knows to be above it. `clock` is the
+    /// clock staleness is measured against.
+    pub fn lowest_ordered(
+        &mut self,
+        pool: &CandidatePool,
+        clock: u64,
+        mut score: impl FnMut(&Candidate, Option<f64>) -> Option<f64>,
+    ) -> Option<(StorageId, f64)> {
+        let order = match (self.sampling, pool.order()) {
+            (Sampling::All, Some(order)) => order,
+            _ => return self.lowest(pool, score),
+        };
+        // The bound of a place. In the orders that `ends_bucket`, the places
+        // after it in its bucket (accessed later) have bounds at least as
+        // high, so the first bound too high ends the bucket.
+        let bound = |&(bucket, last_access, _): &Place| -> f64 {
+            let bound = match order {
+                PoolOrder::CostDensity => {
+                    let stale = clock.saturating_sub(last_access);
+                    if stale == 0 {
+                        f64::INFINITY
+                    } else {
+                        bucket_floor(bucket) / stale as f64
+                    }
+                }
+                PoolOrder::CostPerByte | PoolOrder::InverseSize => bucket_floor(bucket),
+                PoolOrder::LastAccess => last_access as f64,
+            };
+            bound * MARGIN
+        };
+        let ends_bucket = matches!(order, PoolOrder::CostDensity | PoolOrder::LastAccess);
+        // Each non-empty bucket, by the bound of its first place (the
+        // lowest in it), lowest first.
+        let buckets = &mut self.buckets;
+        buckets.clear();
+        let mut from = (0, 0, 0);
+        while let Some(first) = pool.places_from(from).next() {
+            buckets.push((bound(first), *first));
+            match first.0.checked_add(1) {
+                Some(next) => from = (next, 0, 0),
+                None => break,
+            }
+        }
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut best: Option<Best> = None;
+        let mut visited = 0usize;
+        // Scores above this cannot be chosen: the best so far, or 0 once a
+        // score ≤ 0 is found (an earlier 0 would still win).
+        let limit = |best: &Option<Best>| best.map(|b| b.score.max(0.0));
+        for &(first_bound, first) in buckets.iter() {
+            if limit(&best).is_some_and(|limit| first_bound > limit) {
+                break;
+            }
+            for place in pool
+                .places_from(first)
+                .take_while(|place| place.0 == first.0)
+            {
+                visited += 1;
+                let limit = limit(&best);
+                if limit.is_some_and(|limit| bound(place) > limit) {
+                    if ends_bucket {
+                        break;
+                    }
+                    continue;
+                }
+                let candidate = pool.at(place.2);
+                let Some(s) = score(candidate, limit) else {
+                    continue;
+                };
+                if best.is_none_or(|b| b.beaten_by(s, place.2)) {
+                    best = Some(Best {
+                        score: s,
+                        position: place.2,
+                        storage: candidate.storage,
+                    });
+                }
+            }
+        }
+        // How much of the pool it took, for `lowest_exact`'s choice.
+        let share = visited as f64 / pool.len().max(1) as f64;
+        self.ordered_share += (share - self.ordered_share) / 8.0;
+        best.map(|b| (b.storage, b.score))
+    }
+
+    /// [`CandidateSearch::lowest_ordered`] while it visits a small share of
+    /// the candidates, [`CandidateSearch::lowest`] while it would visit
+    /// most of them (a plain scan reads them faster, in pool order), trying
+    /// the order again every [`RETRY`] searches: both choose the same, so
+    /// which runs changes only the time taken.
+    pub fn lowest_exact(
+        &mut self,
+        pool: &CandidatePool,
+        clock: u64,
+        score: impl FnMut(&Candidate, Option<f64>) -> Option<f64>,
+    ) -> Option<(StorageId, f64)> {
+        self.searches = self.searches.wrapping_add(1);
+        if self.ordered_share < ORDERED_UP_TO || self.searches % RETRY == 0 {
+            self.lowest_ordered(pool, clock, score)
+        } else {
+            self.lowest(pool, score)
+        }
+    }
+}
+
+/// The share of the candidates up to which (averaged over the last few
+/// searches) the ordered search runs rather than the plain scan: visiting
+/// a candidate in order costs a few times a step of the scan.
+const ORDERED_UP_TO: f64 = 0.25;
+
+/// The plain scan tries the ordered search again every this many searches.
+const RETRY: u64 = 16;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +397,160 @@ mod tests {
                 assert_eq!(search.rng.gen::<u64>(), reference.gen::<u64>());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod ordered_tests {
+    use super::*;
+    use crate::policy::pool::tests::info;
+    use slotmap::{SecondaryMap, SlotMap};
+
+    /// What a storage of a random pool is, beside its pool entry.
+    #[derive(Clone, Copy)]
+    struct Truth {
+        bytes: u64,
+        held: u64,
+        cost: u64,
+        extra: u64,
+        last_access: u64,
+    }
+
+    /// Scores as the heuristic of each order does, from its graph record:
+    /// never below the order's bound.
+    fn score(order: PoolOrder, t: &Truth, clock: u64) -> f64 {
+        let per = |numerator: f64, denominator: f64| {
+            if denominator > 0.0 {
+                numerator / denominator
+            } else {
+                f64::INFINITY
+            }
+        };
+        let total = (t.cost + t.extra) as f64;
+        match order {
+            PoolOrder::CostDensity => per(
+                total,
+                t.bytes as f64 * clock.saturating_sub(t.last_access) as f64,
+            ),
+            PoolOrder::CostPerByte => per(total, t.bytes as f64),
+            PoolOrder::LastAccess => t.last_access as f64,
+            PoolOrder::InverseSize => per(1.0, t.bytes as f64),
+        }
+    }
+
+    fn draw(rng: &mut StdRng, clock: u64, spread: u64) -> Truth {
+        let bytes = match rng.gen_range(0..10) {
+            0 => 0,
+            1..=4 => 1 << rng.gen_range(0..4),
+            _ => rng.gen_range(1..spread.max(2)),
+        };
+        let held = if rng.gen_ratio(1, 3) {
+            bytes + rng.gen_range(0..256)
+        } else {
+            bytes
+        };
+        Truth {
+            bytes,
+            held,
+            cost: match rng.gen_range(0..6) {
+                0 => 0,
+                1 | 2 => rng.gen_range(1..4),
+                _ => rng.gen_range(0..spread.max(1) * 100),
+            },
+            extra: if rng.gen_ratio(1, 2) {
+                0
+            } else {
+                rng.gen_range(0..spread.max(1) * 50)
+            },
+            last_access: clock.saturating_sub(match rng.gen_range(0..8) {
+                0 => 0,
+                1..=3 => rng.gen_range(0..4),
+                _ => rng.gen_range(0..spread.max(1) * 10),
+            }),
+        }
+    }
+
+    /// The ordered search chooses exactly what the full scan in pool order
+    /// chooses (candidate and score, bit for bit), over random pools kept
+    /// in order through inserts, updates, removals and compactions: sizes,
+    /// costs and staleness from few values (ties) to many, zero costs,
+    /// zero sizes, candidates accessed now.
+    #[test]
+    fn ordered_search_chooses_as_the_full_scan() {
+        let orders = [
+            PoolOrder::CostDensity,
+            PoolOrder::CostPerByte,
+            PoolOrder::LastAccess,
+            PoolOrder::InverseSize,
+        ];
+        let mut rng = StdRng::seed_from_u64(17);
+        let (mut visited, mut candidates) = (0usize, 0usize);
+        for round in 0..400 {
+            let order = orders[round % orders.len()];
+            let spread = [2u64, 5, 40, 1000, 1 << 40][rng.gen_range(0..5)];
+            let n = [1usize, 3, 20, 150, 2000][rng.gen_range(0..5)];
+            let mut keys: SlotMap<StorageId, ()> = SlotMap::with_key();
+            let mut truth: SecondaryMap<StorageId, Truth> = SecondaryMap::new();
+            let mut pool = CandidatePool::new();
+            let mut clock = rng.gen_range(1..spread.max(2) * 20);
+            // Half the pools keep their order from the start, half from the middle.
+            let early = rng.gen_ratio(1, 2);
+            if early {
+                pool.keep_order(Some(order));
+            }
+            let ids: Vec<StorageId> = (0..n).map(|_| keys.insert(())).collect();
+            for step in 0..3 * n {
+                if step == n && !early {
+                    pool.keep_order(Some(order));
+                }
+                let id = ids[rng.gen_range(0..n)];
+                match rng.gen_range(0..6) {
+                    0 if pool.contains(id) => pool.remove(id),
+                    1 if pool.contains(id) => {
+                        // The graph's cost or last access changes.
+                        let t = truth.get_mut(id).unwrap();
+                        clock += rng.gen_range(0..3);
+                        t.last_access = clock;
+                        if rng.gen_ratio(1, 2) {
+                            t.cost = rng.gen_range(0..spread * 10);
+                        }
+                        let t = *t;
+                        pool.refresh(id, &info(t.bytes, t.cost, t.last_access));
+                    }
+                    _ => {
+                        let t = draw(&mut rng, clock, spread);
+                        truth.insert(id, t);
+                        pool.insert(id, t.held, &info(t.bytes, t.cost, t.last_access));
+                    }
+                }
+            }
+            clock += rng.gen_range(0..3);
+            let mut search = CandidateSearch::new(Sampling::All, 0);
+            let expected =
+                search.lowest(&pool, |c, _| Some(score(order, &truth[c.storage], clock)));
+            let mut scored = 0;
+            let found = search.lowest_ordered(&pool, clock, |c, _| {
+                scored += 1;
+                Some(score(order, &truth[c.storage], clock))
+            });
+            let same = match (found, expected) {
+                (Some((a, x)), Some((b, y))) => a == b && x.to_bits() == y.to_bits(),
+                (None, None) => true,
+                _ => false,
+            };
+            assert!(same, "round {round}, {order:?}: {found:?} != {expected:?}");
+            // A search that prunes by the bound itself chooses the same.
+            let pruned = search.lowest_ordered(&pool, clock, |c, best| {
+                let s = score(order, &truth[c.storage], clock);
+                let bound = c.cost_density_bound(clock);
+                let prune = order == PoolOrder::CostDensity && best.is_some_and(|b| bound > b);
+                (!prune).then_some(s)
+            });
+            assert_eq!(pruned.map(|p| p.0), expected.map(|e| e.0), "round {round}");
+            visited += scored;
+            candidates += pool.len();
+        }
+        // The point of the order: most candidates are never scored.
+        assert!(visited < candidates, "{visited} of {candidates}");
     }
 }

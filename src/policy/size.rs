@@ -1,7 +1,7 @@
 //! `h_size`: evict the largest storage first.
 
-use super::Heuristic;
 use super::PolicyView;
+use super::{Heuristic, PoolOrder};
 use crate::graph::StorageId;
 
 pub struct Size;
@@ -13,5 +13,10 @@ impl Heuristic for Size {
             0 => f64::INFINITY,
             bytes => 1.0 / bytes as f64,
         }
+    }
+
+    /// `1 / held(s)`, as `held ≥ m`.
+    fn pool_order(&self) -> Option<PoolOrder> {
+        Some(PoolOrder::InverseSize)
     }
 }
