@@ -47,7 +47,7 @@ fn evictions_with(bencher: Bencher, n: usize, sampling: Sampling, warmup: usize,
     let config = Config::default()
         .with_heuristic("dtr-eq")
         .with_sampling(sampling)
-        .with_ordered_search(ordered)
+        .with_ordered_search(ordered.then_some(0))
         .with_seed(1);
     let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
     for i in 0..n {

@@ -396,8 +396,9 @@ proptest! {
         let mut unbounded = Runner::new(base.clone().unbounded());
         unbounded.run(&program);
         let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
-        let mut ordered = Runner::new(base.clone().with_budget_bytes(budget));
-        let mut scan = Runner::new(base.with_ordered_search(false).with_budget_bytes(budget));
+        // The order kept from the first candidate on, as a large pool keeps it.
+        let mut ordered = Runner::new(base.clone().with_ordered_search(Some(0)).with_budget_bytes(budget));
+        let mut scan = Runner::new(base.with_ordered_search(None).with_budget_bytes(budget));
         let (a, b) = (ordered.run(&program), scan.run(&program));
         prop_assert_eq!(a, b);
         prop_assert_eq!(ordered.dtr.events(), scan.dtr.events());

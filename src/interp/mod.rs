@@ -128,11 +128,11 @@ impl<B: Backend> Interpreter<B> {
         let mut table = StorageTable::new(Memory::new(config.memory, budget_bytes));
         // An exact search visits candidates in the heuristic's order, when
         // it has one (`swap` scores by its own cost, in pool order).
-        if config.sampling == crate::policy::Sampling::All
-            && config.ordered_search
-            && config.restore != crate::config::RestoreMode::Swap
+        if let (crate::policy::Sampling::All, Some(from)) = (config.sampling, config.ordered_search)
         {
-            table.keep_order(heuristic.pool_order());
+            if config.restore != crate::config::RestoreMode::Swap {
+                table.keep_order(heuristic.pool_order(), from);
+            }
         }
         Ok(Interpreter {
             backend,

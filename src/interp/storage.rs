@@ -391,8 +391,8 @@ impl<B: Backend> StorageTable<B> {
     }
 
     /// Keeps the candidate pool in `order` (see [`CandidatePool::keep_order`]).
-    pub(super) fn keep_order(&mut self, order: Option<crate::policy::PoolOrder>) {
-        self.pool.keep_order(order);
+    pub(super) fn keep_order(&mut self, order: Option<crate::policy::PoolOrder>, from: usize) {
+        self.pool.keep_order(order, from);
     }
 
     pub(super) fn pool(&self) -> &CandidatePool {

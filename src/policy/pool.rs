@@ -82,7 +82,13 @@ impl PoolOrder {
 #[derive(Debug)]
 struct Ordered {
     order: PoolOrder,
-    places: BTreeSet<Place>,
+    /// The pool size from which the order is kept: below it a plain scan
+    /// is about as fast, and keeping the order would cost every change of
+    /// candidacy a tree update for nothing.
+    from: usize,
+    /// The members' places, while the pool is large enough (built when it
+    /// reaches `from`, dropped when it falls under half of it).
+    places: Option<BTreeSet<Place>>,
 }
 
 /// One candidate as the pool keeps it.
@@ -186,52 +192,64 @@ impl CandidatePool {
         self.entries.push(Some(candidate));
         self.bytes = self.bytes.saturating_add(held);
         if let Some(ordered) = &mut self.ordered {
-            ordered
-                .places
-                .insert(ordered.order.place(&candidate, position));
+            match &mut ordered.places {
+                Some(places) => {
+                    places.insert(ordered.order.place(&candidate, position));
+                }
+                None if self.members.len() >= ordered.from => self.rebuild_order(),
+                None => {}
+            }
         }
     }
 
     /// Moves the member at `position`, which was `old`, to its entry's place.
     fn reorder(&mut self, position: u32, old: &Candidate) {
-        if let Some(ordered) = &mut self.ordered {
+        if let Some(Ordered {
+            order,
+            places: Some(places),
+            ..
+        }) = &mut self.ordered
+        {
             let new = self.entries[position as usize]
                 .as_ref()
                 .expect("a member's entry");
-            let (was, is) = (
-                ordered.order.place(old, position),
-                ordered.order.place(new, position),
-            );
+            let (was, is) = (order.place(old, position), order.place(new, position));
             if was != is {
-                ordered.places.remove(&was);
-                ordered.places.insert(is);
+                places.remove(&was);
+                places.insert(is);
             }
         }
     }
 
     /// Keeps the members in `order` from now on (`None`: in none), for
-    /// [`crate::policy::CandidateSearch::lowest_ordered`].
-    pub fn keep_order(&mut self, order: Option<PoolOrder>) {
+    /// [`crate::policy::CandidateSearch::lowest_ordered`], while the pool
+    /// holds at least `from` candidates (0: always).
+    pub fn keep_order(&mut self, order: Option<PoolOrder>, from: usize) {
         self.ordered = order.map(|order| Ordered {
             order,
-            places: BTreeSet::new(),
+            from,
+            places: None,
         });
-        self.rebuild_order();
+        if self.members.len() >= from {
+            self.rebuild_order();
+        }
     }
 
-    /// The order the members are kept in, if any.
+    /// The order the members are kept in, if one is kept now.
     pub fn order(&self) -> Option<PoolOrder> {
-        self.ordered.as_ref().map(|ordered| ordered.order)
+        self.ordered
+            .as_ref()
+            .filter(|ordered| ordered.places.is_some())
+            .map(|ordered| ordered.order)
     }
 
     /// The members' places in their order from `from` on (nothing when no
     /// order is kept).
     pub(super) fn places_from(&self, from: Place) -> impl Iterator<Item = &Place> + '_ {
-        self.ordered.iter().flat_map(move |ordered| {
-            ordered
-                .places
-                .range((Bound::Included(from), Bound::Unbounded))
-        })
+        self.ordered
+            .iter()
+            .flat_map(|ordered| &ordered.places)
+            .flat_map(move |places| places.range((Bound::Included(from), Bound::Unbounded)))
     }
 
     /// The entry at `position` of [`CandidatePool::entries`].
@@ -241,16 +259,19 @@ impl CandidatePool {
             .expect("an ordered member's entry")
     }
 
+    /// Builds the members' places anew (after a compaction moved them, or
+    /// when the pool grew large enough to keep them).
     fn rebuild_order(&mut self) {
         if let Some(ordered) = &mut self.ordered {
-            ordered.places = self
-                .entries
-                .iter()
-                .enumerate()
-                .filter_map(|(position, entry)| {
-                    entry.map(|candidate| ordered.order.place(&candidate, position as u32))
-                })
-                .collect();
+            ordered.places = Some(
+                self.entries
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(position, entry)| {
+                        entry.map(|candidate| ordered.order.place(&candidate, position as u32))
+                    })
+                    .collect(),
+            );
         }
     }
 
@@ -281,10 +302,17 @@ impl CandidatePool {
             .take()
             .expect("a member's entry");
         self.bytes -= entry.held;
-        if let Some(ordered) = &mut self.ordered {
-            ordered
-                .places
-                .remove(&ordered.order.place(&entry, position));
+        if let Some(Ordered {
+            order,
+            from,
+            places: kept @ Some(_),
+        }) = &mut self.ordered
+        {
+            if self.members.len() < *from / 2 {
+                *kept = None;
+            } else if let Some(places) = kept {
+                places.remove(&order.place(&entry, position));
+            }
         }
         if self.entries.len() > 64 && self.entries.len() > 2 * self.members.len() {
             self.compact();
@@ -308,7 +336,9 @@ impl CandidatePool {
         for (position, candidate) in self.entries.iter().flatten().enumerate() {
             self.members[candidate.storage] = position as u32;
         }
-        self.rebuild_order();
+        if self.order().is_some() {
+            self.rebuild_order();
+        }
     }
 }
 

@@ -496,12 +496,12 @@ mod ordered_tests {
             // Half the pools keep their order from the start, half from the middle.
             let early = rng.gen_ratio(1, 2);
             if early {
-                pool.keep_order(Some(order));
+                pool.keep_order(Some(order), 0);
             }
             let ids: Vec<StorageId> = (0..n).map(|_| keys.insert(())).collect();
             for step in 0..3 * n {
                 if step == n && !early {
-                    pool.keep_order(Some(order));
+                    pool.keep_order(Some(order), 0);
                 }
                 let id = ids[rng.gen_range(0..n)];
                 match rng.gen_range(0..6) {
