@@ -36,6 +36,8 @@ use crate::error::{Error, Result};
 enum Field<'a> {
     Str(Cow<'a, str>),
     Int(i64),
+    /// A list of strings only (as `ARGS` and `RESULT` are).
+    Names(Box<[Cow<'a, str>]>),
     List(Box<[Field<'a>]>),
     /// A float, an integer past `i64`, a boolean, null or an object.
     Other(Box<Value>),
@@ -49,8 +51,33 @@ impl<'a> Field<'a> {
                 Some(i) => Field::Int(i),
                 None => Field::Other(Box::new(Value::Number(n))),
             },
-            Value::Array(items) => Field::List(items.into_iter().map(Field::from_value).collect()),
+            Value::Array(items) => Field::list(items.into_iter().map(Field::from_value).collect()),
             other => Field::Other(Box::new(other)),
+        }
+    }
+
+    /// A list: [`Field::Names`] when every item is a string.
+    fn list(items: Vec<Field<'a>>) -> Field<'a> {
+        if !items.iter().all(|item| matches!(item, Field::Str(_))) {
+            return Field::List(items.into_boxed_slice());
+        }
+        let names = items.into_iter().map(|item| match item {
+            Field::Str(s) => s,
+            _ => unreachable!("all strings"),
+        });
+        Field::Names(names.collect())
+    }
+
+    /// An integer for a string that reads as one (decimal, spaces around
+    /// allowed): numbers come as strings in the logs, and reading them here,
+    /// on the reading threads, spares the import.
+    fn number(self) -> Field<'a> {
+        match self {
+            Field::Str(s) => match s.trim().parse::<i64>() {
+                Ok(i) => Field::Int(i),
+                Err(_) => Field::Str(s),
+            },
+            other => other,
         }
     }
 
@@ -58,6 +85,12 @@ impl<'a> Field<'a> {
         match self {
             Field::Str(s) => Value::String(s.to_string()),
             Field::Int(i) => Value::from(*i),
+            Field::Names(names) => Value::Array(
+                names
+                    .iter()
+                    .map(|name| Value::String(name.to_string()))
+                    .collect(),
+            ),
             Field::List(items) => Value::Array(items.iter().map(Field::to_value).collect()),
             Field::Other(value) => (**value).clone(),
         }
@@ -145,7 +178,7 @@ impl<'de> Deserialize<'de> for Field<'de> {
                 }
                 let mut list = Vec::with_capacity(items.len());
                 list.extend(items);
-                Ok(Field::List(list.into_boxed_slice()))
+                Ok(Field::list(list))
             }
             // An object is refused: the line goes the slow way.
         }
@@ -238,6 +271,7 @@ impl<'a> Keys<'a> {
     }
 
     fn into_body(self) -> Body<'a> {
+        let number = |slot: Slot<'a>| slot.map(Field::number);
         let kind = match self.instruction {
             Some(Field::Str(kind)) => kind,
             _ => Cow::Borrowed(""),
@@ -249,11 +283,11 @@ impl<'a> Keys<'a> {
             "CONSTANT" => Body::Constant { name: self.name },
             "MEMORY" => Body::Memory {
                 name: self.name,
-                memory: self.memory,
+                memory: number(self.memory),
             },
             "ALIAS" => Body::Alias {
                 name: self.name,
-                alias: self.alias,
+                alias: number(self.alias),
             },
             "COPY" => Body::Copy {
                 dst: self.dst,
@@ -268,13 +302,13 @@ impl<'a> Keys<'a> {
                 name: self.name,
                 args: self.args,
                 result: self.result,
-                time: self.time,
+                time: number(self.time),
             },
             "MUTATE" => Body::Mutate {
                 name: self.name,
                 args: self.args,
                 mutate: self.mutate,
-                time: self.time,
+                time: number(self.time),
             },
             _ => Body::Unknown(kind),
         }
@@ -387,8 +421,8 @@ enum Awaiting<'t> {
 struct PendingCall<'t> {
     line: usize,
     op: Cow<'t, str>,
-    args: SmallVec<[Cow<'t, str>; 4]>,
-    results: SmallVec<[Cow<'t, str>; 2]>,
+    args: Box<[Cow<'t, str>]>,
+    results: Box<[Cow<'t, str>]>,
     cost: u64,
     inputs: SmallVec<[TraceTensor; 4]>,
     outputs: SmallVec<[OutputSpec; 2]>,
@@ -472,6 +506,7 @@ impl<'t> Importer<'t> {
     fn list(&self, at: (usize, &str), key: &str, slot: Slot<'t>) -> Result<Vec<Field<'t>>> {
         match slot {
             Some(Field::List(items)) => Ok(items.into_vec()),
+            Some(Field::Names(names)) => Ok(names.into_vec().into_iter().map(Field::Str).collect()),
             other => {
                 let value = self.field(at, key, &other)?;
                 Err(self.fail(at.0, format!("`{key}` must be a list, got {value}")))
@@ -479,12 +514,15 @@ impl<'t> Importer<'t> {
         }
     }
 
-    fn names_of<const N: usize>(
+    fn names_of(
         &self,
         at: (usize, &str),
         key: &str,
         slot: Slot<'t>,
-    ) -> Result<SmallVec<[Cow<'t, str>; N]>> {
+    ) -> Result<Box<[Cow<'t, str>]>> {
+        if let Some(Field::Names(names)) = slot {
+            return Ok(names);
+        }
         self.list(at, key, slot)?
             .into_iter()
             .map(|v| match v {
@@ -653,7 +691,7 @@ impl<'t> Importer<'t> {
                 time,
             } => {
                 let op = self.string(at, "NAME", name)?;
-                let args = self.names_of::<4>(at, "ARGS", args)?;
+                let args = self.names_of(at, "ARGS", args)?;
                 let cost = self.unsigned(at, "TIME", &time)?;
                 let inputs = self.inputs(line, &args)?;
                 let mut mutated: SmallVec<[usize; 2]> = SmallVec::new();
@@ -702,7 +740,7 @@ impl<'t> Importer<'t> {
         let made = self
             .builder
             .apply(line, &op, None, inputs, &outputs, cost, None, &label)?;
-        for (name, tensor) in results.into_iter().zip(made) {
+        for (name, tensor) in results.into_vec().into_iter().zip(made) {
             self.bind_new(line, name, tensor)?;
         }
         Ok(())
