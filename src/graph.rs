@@ -20,23 +20,59 @@ new_key_type! {
     pub struct NodeId;
 }
 
-/// One op application; all of its outputs are (re)computed together.
-#[derive(Debug, Clone)]
-pub struct OpNode {
+/// An op and its checked signature: what every application of the op to
+/// inputs of the same layouts shares. The graph holds each distinct one
+/// once (see [`Graph::applied`]): a replay's million `layer` nodes point at
+/// one copy, which keeps a node to its inputs and outputs.
+#[derive(Debug, PartialEq)]
+pub struct AppliedOp {
     /// The op, as the backend runs it.
     pub op: Op,
-    /// Two inline: most ops read one or two tensors.
-    pub inputs: SmallVec<[TensorId; 2]>,
-    /// `None` once an output has been freed; it is still produced, then dropped.
-    pub outputs: SmallVec<[Option<TensorId>; 2]>,
     /// Its checked outputs and its recompute cost.
     pub signature: Signature,
 }
 
+// Ops compare their float attributes (`Fill`, `Scalar`, `LayerNorm`) by
+// value, so one holding a NaN equals no op, itself included: it is never
+// found in the interner and just gets a copy of its own. Nothing else
+// depends on reflexivity.
+impl Eq for AppliedOp {}
+
+impl std::hash::Hash for AppliedOp {
+    /// A cheap digest of what [`PartialEq`] compares: equal applied ops
+    /// have equal names, costs and output counts.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.op.name().hash(state);
+        self.signature.cost.hash(state);
+        self.signature.outputs.len().hash(state);
+    }
+}
+
+/// One op application; all of its outputs are (re)computed together.
+#[derive(Debug, Clone)]
+pub struct OpNode {
+    /// The op and its signature, shared with the nodes of equal ones.
+    pub applied: Arc<AppliedOp>,
+    /// Two inline: most ops read one or two tensors.
+    pub inputs: SmallVec<[TensorId; 2]>,
+    /// `None` once an output has been freed; it is still produced, then dropped.
+    pub outputs: SmallVec<[Option<TensorId>; 2]>,
+}
+
 impl OpNode {
+    /// The op, as the backend runs it.
+    pub fn op(&self) -> &Op {
+        &self.applied.op
+    }
+
+    /// Its checked outputs and its recompute cost.
+    pub fn signature(&self) -> &Signature {
+        &self.applied.signature
+    }
+
     /// What running it (again) costs, in cost units.
     pub fn cost(&self) -> u64 {
-        self.signature.cost
+        self.applied.signature.cost
     }
 }
 
@@ -158,8 +194,11 @@ pub struct Graph {
     /// The sum of the cost of every op run so far (rematerialisations
     /// included), starting at 1.
     pub clock: u64,
-    /// The distinct outputs of the nodes' signatures, shared among nodes.
-    pub interned_outputs: OutputsInterner,
+    /// The distinct outputs of the nodes' signatures, shared among their
+    /// applied ops.
+    interned_outputs: OutputsInterner,
+    /// The distinct applied ops of the nodes, shared among them.
+    interned_applied: Interner<AppliedOp>,
     /// The distinct layouts of the tensors, shared among them.
     interned_layouts: Interner<Layout>,
 }
@@ -177,6 +216,13 @@ impl Graph {
     pub(crate) fn layout(&mut self, layout: &Layout) -> Arc<Layout> {
         self.interned_layouts
             .get(layout, || Arc::new(layout.clone()))
+    }
+
+    /// The shared copy of `op` with `signature`, for a new node (its
+    /// outputs shared too).
+    pub(crate) fn applied(&mut self, op: Op, mut signature: Signature) -> Arc<AppliedOp> {
+        signature.outputs = self.interned_outputs.intern(signature.outputs);
+        self.interned_applied.hold(AppliedOp { op, signature })
     }
 
     /// `clock − last_access`.
@@ -250,7 +296,7 @@ mod tests {
     #[test]
     fn records_stay_small() {
         let sizes = [
-            ("OpNode", std::mem::size_of::<OpNode>(), 144),
+            ("OpNode", std::mem::size_of::<OpNode>(), 56),
             ("Op", std::mem::size_of::<Op>(), 72),
             ("TensorInfo", std::mem::size_of::<TensorInfo>(), 72),
             ("StorageInfo", std::mem::size_of::<StorageInfo>(), 56),

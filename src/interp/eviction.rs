@@ -130,7 +130,7 @@ impl<B: Backend> Interpreter<B> {
         let mut inputs: SmallVec<[StorageId; 8]> = SmallVec::new();
         while let Some(node) = stack.pop() {
             let info = &graph.nodes[node];
-            let mut needed = info.signature.output_bytes();
+            let mut needed = info.signature().output_bytes();
             inputs.clear();
             for &input in &info.inputs {
                 let tensor = &graph.tensors[input];
@@ -182,7 +182,7 @@ impl<B: Backend> Interpreter<B> {
                 node,
                 rematerializing,
             } => {
-                let name = self.graph.nodes[node].op.name();
+                let name = self.graph.nodes[node].op().name();
                 if rematerializing {
                     format!("op `{name}`, rerun to rematerialise an evicted tensor,")
                 } else {
@@ -202,7 +202,7 @@ impl<B: Backend> Interpreter<B> {
                 let root = self.graph.storages[storage].tensors[0];
                 let what = match self.graph.tensors[root].producer {
                     Some((node, _)) => {
-                        format!("output of `{}`", self.graph.nodes[node].op.name())
+                        format!("output of `{}`", self.graph.nodes[node].op().name())
                     }
                     None => "a put".to_string(),
                 };

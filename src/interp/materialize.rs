@@ -80,7 +80,7 @@ impl<B: Backend> Interpreter<B> {
                             *chain = stack
                                 .iter()
                                 .rev()
-                                .map(|f| self.graph.nodes[f.node].op.name().to_string())
+                                .map(|f| self.graph.nodes[f.node].op().name().to_string())
                                 .collect();
                         }
                         for frame in stack.iter().rev() {
@@ -231,7 +231,7 @@ impl<B: Backend> Interpreter<B> {
         // A block for every fresh output, those still resident included:
         // the op writes all its outputs before duplicates are dropped.
         let sizes: SmallVec<[u64; 2]> = self.graph.nodes[node_id]
-            .signature
+            .signature()
             .outputs
             .iter()
             .filter(|o| o.alias_of.is_none())
@@ -269,7 +269,7 @@ impl<B: Backend> Interpreter<B> {
             .collect();
         let results = self
             .backend
-            .execute(&node.op, &views, &node.signature, placed);
+            .execute(node.op(), &views, node.signature(), placed);
         let mut blocks = reserved.into_iter();
         drop(views);
         let results = match results {
@@ -279,14 +279,14 @@ impl<B: Backend> Interpreter<B> {
                 return Err(error);
             }
         };
-        let shapes_match = results.len() == node.signature.outputs.len()
+        let shapes_match = results.len() == node.signature().outputs.len()
             && results
                 .iter()
-                .zip(&node.signature.outputs)
+                .zip(&node.signature().outputs)
                 .all(|(r, spec)| r.is_some() == spec.alias_of.is_none());
         if !shapes_match {
             let backend = self.backend.name();
-            let op_name = node.op.name().to_string();
+            let op_name = node.op().name().to_string();
             for buffer in results.into_iter().flatten() {
                 self.backend.release(buffer);
             }

@@ -580,15 +580,14 @@ impl<B: Backend> Interpreter<B> {
         &mut self,
         op: Op,
         inputs: &[TensorId],
-        mut signature: crate::ops::Signature,
+        signature: crate::ops::Signature,
     ) -> NodeId {
-        signature.outputs = self.graph.interned_outputs.intern(signature.outputs);
-        let outputs = signature.outputs.clone();
+        let applied = self.graph.applied(op, signature);
+        let outputs = applied.signature.outputs.clone();
         let node = self.graph.nodes.insert(OpNode {
-            op,
+            applied,
             inputs: inputs.into(),
             outputs: smallvec![None; outputs.len()],
-            signature,
         });
         for (k, spec) in outputs.iter().enumerate() {
             let bytes = spec.bytes();
@@ -657,12 +656,11 @@ impl<B: Backend> Interpreter<B> {
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
         let OpNode {
-            op,
+            applied,
             inputs,
             outputs,
-            ..
         } = self.graph.nodes.remove(node).expect("node exists");
-        self.backend.forget(&op);
+        self.backend.forget(&applied.op);
         for tensor in outputs.into_iter().flatten() {
             let info = self.graph.tensors.remove(tensor).expect("output exists");
             debug_assert!(!info.defined, "a failed op defined an output");

@@ -236,7 +236,7 @@ impl Observer for EventLog {
                 ..
             } => self.0.push(Event::Rematerialize {
                 tensor,
-                op: graph.nodes[node].op.name().to_string(),
+                op: graph.nodes[node].op().name().to_string(),
             }),
             _ => {}
         }
@@ -253,7 +253,7 @@ pub struct TracingLog;
 impl Observer for TracingLog {
     fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph) {
         use tracing::{debug, enabled, warn, Level};
-        let op_name = |node: NodeId| graph.nodes[node].op.name();
+        let op_name = |node: NodeId| graph.nodes[node].op().name();
         match *event {
             RunEvent::Evicted {
                 storage,

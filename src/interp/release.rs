@@ -110,7 +110,7 @@ impl<B: Backend> Interpreter<B> {
             return; // siblings still need the node to be recomputed
         }
         let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
-        self.backend.forget(&node_info.op);
+        self.backend.forget(node_info.op());
         let inputs = &node_info.inputs;
         for (i, &input) in inputs.iter().enumerate() {
             // A repeated input lists the node once.

@@ -185,7 +185,7 @@ impl<B: Backend> Interpreter<B> {
         steps.ops.push(node);
         steps.positions.insert(node, position);
         let state = foldhash::fast::FixedState::with_seed(steps.fingerprint);
-        steps.fingerprint = state.hash_one((info.op.name(), info.signature.output_bytes()));
+        steps.fingerprint = state.hash_one((info.op().name(), info.signature().output_bytes()));
     }
 
     /// A request for `sizes` (`bytes` in all) as the step plan says: when the plan's next
