@@ -5,7 +5,8 @@
 //! the free bytes on either side of `s` in the arena, because evicting `s`
 //! then opens a hole that large.
 
-use slotmap::SecondaryMap;
+use std::collections::HashMap;
+
 use smallvec::SmallVec;
 
 use super::eqclass::EqClasses;
@@ -25,11 +26,15 @@ struct Neighbours {
 /// of the storage and of everything adjacent to it), and all lists when
 /// the classes are renamed. Class costs are read afresh at every score, so
 /// scores are exactly those of the walk.
+///
+/// The cache is a hash map, not a table indexed by storage: it holds the
+/// few storages scored since their last change, where a table would take
+/// a slot for every storage ever made.
 #[derive(Default)]
 pub struct DtrEq {
     classes: EqClasses,
     fragmentation_aware: bool,
-    neighbours: SecondaryMap<StorageId, Neighbours>,
+    neighbours: HashMap<StorageId, Neighbours, foldhash::fast::RandomState>,
     /// Walk the graph at every score (the reference the cache is tested against).
     uncached: bool,
 }
@@ -54,10 +59,10 @@ impl DtrEq {
     /// `c0(s)` plus the cost of the distinct classes of its evicted neighbours.
     pub fn neighbourhood_cost(&mut self, storage: StorageId, graph: &Graph) -> u64 {
         let generation = self.classes.generation();
-        let fresh = matches!(self.neighbours.get(storage), Some(n) if n.generation == generation);
+        let fresh = matches!(self.neighbours.get(&storage), Some(n) if n.generation == generation);
         let walked;
         let nodes = if fresh && !self.uncached {
-            &self.neighbours[storage].nodes
+            &self.neighbours[&storage].nodes
         } else {
             let mut nodes = SmallVec::new();
             for neighbour in graph.evicted_neighbours(storage) {
@@ -69,9 +74,13 @@ impl DtrEq {
                 walked = nodes;
                 &walked
             } else {
-                self.neighbours
-                    .insert(storage, Neighbours { generation, nodes });
-                &self.neighbours[storage].nodes
+                let cached = Neighbours { generation, nodes };
+                &self
+                    .neighbours
+                    .entry(storage)
+                    .insert_entry(cached)
+                    .into_mut()
+                    .nodes
             }
         };
         let mut roots: SmallVec<[u32; 8]> = SmallVec::new();
@@ -91,10 +100,10 @@ impl DtrEq {
         if self.neighbours.is_empty() {
             return;
         }
-        self.neighbours.remove(storage);
+        self.neighbours.remove(&storage);
         let neighbours = &mut self.neighbours;
         graph.for_each_neighbour(storage, |s| {
-            neighbours.remove(s);
+            neighbours.remove(&s);
         });
     }
 }
@@ -152,7 +161,7 @@ impl Heuristic for DtrEq {
 
     fn on_free(&mut self, storage: StorageId, _graph: &Graph) {
         // Its edges are gone; `on_graph_change` forgot around it before.
-        self.neighbours.remove(storage);
+        self.neighbours.remove(&storage);
         self.classes.remove(storage);
     }
 
