@@ -79,9 +79,13 @@ impl OpNode {
 /// Everything the runtime knows about one tensor.
 #[derive(Debug, Clone)]
 pub struct TensorInfo {
-    /// The compute path: the node that made this tensor and which output it
-    /// is. `None` for puts, which can never be recomputed.
-    pub producer: Option<(NodeId, usize)>,
+    /// The compute path: the node that made this tensor. `None` for puts,
+    /// which can never be recomputed.
+    pub producer: Option<NodeId>,
+    /// Which of its producer's outputs it is (0 for puts). Two bytes, beside
+    /// `defined`, keep the record at 64 B: an op has at most
+    /// [`TensorInfo::MAX_OUTPUTS`] outputs.
+    pub output: u16,
     /// The storage holding its bytes (shared with its views).
     pub storage: StorageId,
     /// Shared with every tensor of an equal layout (interned by the graph).
@@ -93,6 +97,11 @@ pub struct TensorInfo {
     pub user_refs: u32,
     /// Live nodes that read this tensor (each listed once).
     pub consumers: Consumers,
+}
+
+impl TensorInfo {
+    /// The most outputs one op may have (see [`TensorInfo::output`]).
+    pub const MAX_OUTPUTS: usize = u16::MAX as usize + 1;
 }
 
 /// The live nodes that read one tensor, each once, in the order they were
@@ -251,7 +260,7 @@ impl Graph {
     pub fn for_each_neighbour(&self, storage: StorageId, mut visit: impl FnMut(StorageId)) {
         for &t in &self.storages[storage].tensors {
             let info = &self.tensors[t];
-            if let Some((node, _)) = info.producer {
+            if let Some(node) = info.producer {
                 for &input in &self.nodes[node].inputs {
                     let s = self.tensors[input].storage;
                     if s != storage {
@@ -275,7 +284,7 @@ impl Graph {
         let mut seen: SmallVec<[NodeId; 4]> = SmallVec::new();
         let mut cost = 0;
         for &t in &self.storages[storage].tensors {
-            if let Some((node, _)) = self.tensors[t].producer {
+            if let Some(node) = self.tensors[t].producer {
                 if !seen.contains(&node) {
                     seen.push(node);
                     cost = u64::saturating_add(cost, self.nodes[node].cost());
@@ -298,7 +307,7 @@ mod tests {
         let sizes = [
             ("OpNode", std::mem::size_of::<OpNode>(), 56),
             ("Op", std::mem::size_of::<Op>(), 72),
-            ("TensorInfo", std::mem::size_of::<TensorInfo>(), 72),
+            ("TensorInfo", std::mem::size_of::<TensorInfo>(), 64),
             ("StorageInfo", std::mem::size_of::<StorageInfo>(), 56),
             ("TraceEvent", std::mem::size_of::<TraceEvent>(), 96),
             ("TraceOutput", std::mem::size_of::<TraceOutput>(), 40),

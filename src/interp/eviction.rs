@@ -121,7 +121,7 @@ impl<B: Backend> Interpreter<B> {
         let mut seen: HashSet<NodeId> = HashSet::new();
         let mut stack: Vec<NodeId> = Vec::new();
         for &tensor in &graph.storages[storage].tensors {
-            if let Some((node, _)) = graph.tensors[tensor].producer {
+            if let Some(node) = graph.tensors[tensor].producer {
                 if seen.insert(node) {
                     stack.push(node);
                 }
@@ -140,7 +140,7 @@ impl<B: Backend> Interpreter<B> {
                     needed = needed.saturating_add(input_storage.bytes);
                 }
                 let missing = !tensor.defined || tensor.storage == storage;
-                if let (true, Some((producer, _))) = (missing, tensor.producer) {
+                if let (true, Some(producer)) = (missing, tensor.producer) {
                     if seen.insert(producer) {
                         stack.push(producer);
                     }
@@ -201,7 +201,7 @@ impl<B: Backend> Interpreter<B> {
             .map(|(storage, bytes)| {
                 let root = self.graph.storages[storage].tensors[0];
                 let what = match self.graph.tensors[root].producer {
-                    Some((node, _)) => {
+                    Some(node) => {
                         format!("output of `{}`", self.graph.nodes[node].op().name())
                     }
                     None => "a put".to_string(),

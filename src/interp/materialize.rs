@@ -204,7 +204,7 @@ impl<B: Backend> Interpreter<B> {
                     {
                         return Some(Missing::SwapIn(storage));
                     }
-                    let (producer, _) = producer.expect("only recomputable storages are evicted");
+                    let producer = producer.expect("only recomputable storages are evicted");
                     return Some(Missing::Recompute(producer));
                 }
                 self.table.lock(info.storage);

@@ -238,6 +238,7 @@ impl<B: Backend> Interpreter<B> {
         let layout = self.graph.layout(&layout);
         let tensor = self.graph.tensors.insert(TensorInfo {
             producer: None,
+            output: 0,
             storage,
             layout,
             defined: true,
@@ -281,6 +282,14 @@ impl<B: Backend> Interpreter<B> {
         };
         if let Some(cost) = cost {
             signature.cost = cost;
+        }
+        if signature.outputs.len() > TensorInfo::MAX_OUTPUTS {
+            return Err(Error::InvalidArgument(format!(
+                "`{}` has {} outputs; an op may have at most {}",
+                op.name(),
+                signature.outputs.len(),
+                TensorInfo::MAX_OUTPUTS
+            )));
         }
         let node = self.insert_node(op, inputs, signature);
         self.step_op(node);
@@ -569,7 +578,7 @@ impl<B: Backend> Interpreter<B> {
         if info.defined {
             return Ok(());
         }
-        let (node, _) = info
+        let node = info
             .producer
             .expect("only recomputable storages are evicted");
         self.materialize(node, false)
@@ -597,7 +606,8 @@ impl<B: Backend> Interpreter<B> {
             };
             let layout = self.graph.layout(&spec.layout);
             let tensor = self.graph.tensors.insert(TensorInfo {
-                producer: Some((node, k)),
+                producer: Some(node),
+                output: k as u16,
                 storage,
                 layout,
                 defined: false,

@@ -264,9 +264,7 @@ impl Observer for TracingLog {
             } if enabled!(target: "dtr::evict", Level::DEBUG) => {
                 let info = &graph.storages[storage];
                 let root = info.tensors[0];
-                let op = graph.tensors[root]
-                    .producer
-                    .map_or("put", |(n, _)| op_name(n));
+                let op = graph.tensors[root].producer.map_or("put", op_name);
                 let held = info.tensors.iter().any(|&t| graph.tensors[t].user_refs > 0);
                 let staleness = graph.staleness(storage);
                 debug!(target: "dtr::evict", tensor = ?root, op, bytes, ?score, eager, to_host, held, staleness, clock = graph.clock, "evicted");

@@ -55,7 +55,7 @@ impl<B: Backend> Interpreter<B> {
         self.ensure_defined(tensor)?;
         let info = &self.graph.tensors[tensor];
         let storage = info.storage;
-        let Some((node, k)) = info.producer else {
+        let (Some(node), k) = (info.producer, usize::from(info.output)) else {
             return Ok(());
         };
         if self.graph.storages[storage].tensors[0] != tensor {
@@ -95,8 +95,8 @@ impl<B: Backend> Interpreter<B> {
                 .expect("freed tensors are tracked");
             debug_assert!(info.user_refs == 0 && info.consumers.is_empty());
             self.detach_from_storage(tensor, info.storage);
-            if let Some((node, k)) = info.producer {
-                self.release_output(node, k, &mut unneeded);
+            if let Some(node) = info.producer {
+                self.release_output(node, usize::from(info.output), &mut unneeded);
             }
         }
     }

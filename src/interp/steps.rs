@@ -263,13 +263,14 @@ impl<B: Backend> Interpreter<B> {
             return;
         };
         let root = self.graph.storages[storage].tensors[0];
-        let made = self.graph.tensors[root]
+        let info = &self.graph.tensors[root];
+        let made = info
             .producer
-            .and_then(|(node, output)| Some((*steps.positions.get(node)?, output)));
+            .and_then(|node| Some((*steps.positions.get(node)?, info.output)));
         let victim = match made {
             Some((op, output)) => Victim::Made {
                 op,
-                output: output as u32,
+                output: u32::from(output),
             },
             None => Victim::Earlier(root),
         };

@@ -87,7 +87,7 @@ impl RegionWalker {
                 };
                 match direction {
                     Direction::Ancestors => {
-                        if let Some((node, _)) = info.producer {
+                        if let Some(node) = info.producer {
                             for &input in &graph.nodes[node].inputs {
                                 step(graph.tensors[input].storage);
                             }
