@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use slotmap::{new_key_type, SlotMap};
+use slotmap::{new_key_type, Key, SlotMap};
 use smallvec::SmallVec;
 
 use crate::intern::Interner;
@@ -53,13 +53,57 @@ impl std::hash::Hash for AppliedOp {
 pub struct OpNode {
     /// The op and its signature, shared with the nodes of equal ones.
     pub applied: Arc<AppliedOp>,
-    /// Two inline: most ops read one or two tensors.
-    pub inputs: SmallVec<[TensorId; 2]>,
-    /// `None` once an output has been freed; it is still produced, then dropped.
-    pub outputs: SmallVec<[Option<TensorId>; 2]>,
+    /// Its inputs, then one entry per output of the signature: three
+    /// inline, as most ops read one or two tensors and make one. A freed
+    /// output is the null key (it is still produced, then dropped).
+    tensors: SmallVec<[TensorId; 3]>,
 }
 
 impl OpNode {
+    /// A node reading `inputs`, its outputs not made yet.
+    pub(crate) fn new(applied: Arc<AppliedOp>, inputs: &[TensorId]) -> OpNode {
+        let count = inputs.len() + applied.signature.outputs.len();
+        let mut tensors = SmallVec::with_capacity(count);
+        tensors.extend_from_slice(inputs);
+        tensors.resize(count, TensorId::null());
+        OpNode { applied, tensors }
+    }
+
+    /// Where the outputs start in `tensors`.
+    fn first_output(&self) -> usize {
+        self.tensors.len() - self.applied.signature.outputs.len()
+    }
+
+    /// The tensors it reads, in order (a tensor read twice is listed twice).
+    pub fn inputs(&self) -> &[TensorId] {
+        &self.tensors[..self.first_output()]
+    }
+
+    /// Each output in order: `None` once it has been freed, or before it
+    /// was made.
+    pub fn outputs(&self) -> impl ExactSizeIterator<Item = Option<TensorId>> + '_ {
+        self.tensors[self.first_output()..]
+            .iter()
+            .map(|&t| (!t.is_null()).then_some(t))
+    }
+
+    /// The outputs not freed, in order.
+    pub fn live_outputs(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.outputs().flatten()
+    }
+
+    /// Output `k`: `None` when freed, not made yet, or past the last.
+    pub fn output(&self, k: usize) -> Option<TensorId> {
+        let t = *self.tensors.get(self.first_output() + k)?;
+        (!t.is_null()).then_some(t)
+    }
+
+    /// Sets output `k` (`None`: freed).
+    pub(crate) fn set_output(&mut self, k: usize, tensor: Option<TensorId>) {
+        let at = self.first_output() + k;
+        self.tensors[at] = tensor.unwrap_or_else(TensorId::null);
+    }
+
     /// The op, as the backend runs it.
     pub fn op(&self) -> &Op {
         &self.applied.op
@@ -261,7 +305,7 @@ impl Graph {
         for &t in &self.storages[storage].tensors {
             let info = &self.tensors[t];
             if let Some(node) = info.producer {
-                for &input in &self.nodes[node].inputs {
+                for &input in self.nodes[node].inputs() {
                     let s = self.tensors[input].storage;
                     if s != storage {
                         visit(s);
@@ -269,8 +313,8 @@ impl Graph {
                 }
             }
             for node in info.consumers.iter(&self.nodes) {
-                for output in self.nodes[node].outputs.iter().flatten() {
-                    let s = self.tensors[*output].storage;
+                for output in self.nodes[node].live_outputs() {
+                    let s = self.tensors[output].storage;
                     if s != storage {
                         visit(s);
                     }
@@ -305,7 +349,7 @@ mod tests {
     #[test]
     fn records_stay_small() {
         let sizes = [
-            ("OpNode", std::mem::size_of::<OpNode>(), 56),
+            ("OpNode", std::mem::size_of::<OpNode>(), 40),
             ("Op", std::mem::size_of::<Op>(), 72),
             ("TensorInfo", std::mem::size_of::<TensorInfo>(), 64),
             ("StorageInfo", std::mem::size_of::<StorageInfo>(), 56),

@@ -132,7 +132,7 @@ impl<B: Backend> Interpreter<B> {
             let info = &graph.nodes[node];
             let mut needed = info.signature().output_bytes();
             inputs.clear();
-            for &input in &info.inputs {
+            for &input in info.inputs() {
                 let tensor = &graph.tensors[input];
                 let input_storage = &graph.storages[tensor.storage];
                 if input_storage.recomputable && !inputs.contains(&tensor.storage) {

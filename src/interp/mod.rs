@@ -23,7 +23,7 @@ pub use schedule::{PlanRecord, Reservation};
 pub use stats::{Event, Stats};
 
 use slotmap::SecondaryMap;
-use smallvec::{smallvec, SmallVec};
+use smallvec::SmallVec;
 
 use crate::backend::Backend;
 use crate::config::{Budget, Config};
@@ -297,12 +297,7 @@ impl<B: Backend> Interpreter<B> {
             self.remove_failed_node(node);
             return Err(error);
         }
-        let outputs: SmallVec<[TensorId; 2]> = self.graph.nodes[node]
-            .outputs
-            .iter()
-            .flatten()
-            .copied()
-            .collect();
+        let outputs: SmallVec<[TensorId; 2]> = self.graph.nodes[node].live_outputs().collect();
         for &t in &outputs {
             let storage = self.graph.tensors[t].storage;
             self.touch(storage);
@@ -415,7 +410,7 @@ impl<B: Backend> Interpreter<B> {
             if visited.insert(node, ()).is_some() {
                 continue;
             }
-            for &output in self.graph.nodes[node].outputs.iter().flatten() {
+            for output in self.graph.nodes[node].live_outputs() {
                 let info = &self.graph.tensors[output];
                 if info.user_refs > 0 {
                     dependents.push(output);
@@ -593,11 +588,7 @@ impl<B: Backend> Interpreter<B> {
     ) -> NodeId {
         let applied = self.graph.applied(op, signature);
         let outputs = applied.signature.outputs.clone();
-        let node = self.graph.nodes.insert(OpNode {
-            applied,
-            inputs: inputs.into(),
-            outputs: smallvec![None; outputs.len()],
-        });
+        let node = self.graph.nodes.insert(OpNode::new(applied, inputs));
         for (k, spec) in outputs.iter().enumerate() {
             let bytes = spec.bytes();
             let storage = match spec.alias_of {
@@ -616,7 +607,7 @@ impl<B: Backend> Interpreter<B> {
             });
             self.graph.storages[storage].tensors.push(tensor);
             self.refresh_storage_cost(storage);
-            self.graph.nodes[node].outputs[k] = Some(tensor);
+            self.graph.nodes[node].set_output(k, Some(tensor));
         }
         // The node is new, so only a repeated input can list it already.
         for (i, &input) in inputs.iter().enumerate() {
@@ -624,8 +615,8 @@ impl<B: Backend> Interpreter<B> {
                 self.graph.tensors[input].consumers.push(node);
             }
         }
-        for k in 0..self.graph.nodes[node].outputs.len() {
-            let output = self.graph.nodes[node].outputs[k].expect("just inserted");
+        for k in 0..self.graph.nodes[node].outputs().len() {
+            let output = self.graph.nodes[node].output(k).expect("just inserted");
             self.heuristic
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
@@ -661,17 +652,13 @@ impl<B: Backend> Interpreter<B> {
 
     /// Undoes [`Interpreter::insert_node`] for a node whose first run failed.
     fn remove_failed_node(&mut self, node: NodeId) {
-        for &output in self.graph.nodes[node].outputs.iter().flatten() {
+        for output in self.graph.nodes[node].live_outputs() {
             self.heuristic
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
-        let OpNode {
-            applied,
-            inputs,
-            outputs,
-        } = self.graph.nodes.remove(node).expect("node exists");
-        self.backend.forget(&applied.op);
-        for tensor in outputs.into_iter().flatten() {
+        let removed = self.graph.nodes.remove(node).expect("node exists");
+        self.backend.forget(removed.op());
+        for tensor in removed.live_outputs() {
             let info = self.graph.tensors.remove(tensor).expect("output exists");
             debug_assert!(!info.defined, "a failed op defined an output");
             let storage = &mut self.graph.storages[info.storage];
@@ -684,6 +671,7 @@ impl<B: Backend> Interpreter<B> {
                 self.refresh_storage_cost(info.storage);
             }
         }
+        let inputs = removed.inputs();
         for (i, &input) in inputs.iter().enumerate() {
             if !inputs[..i].contains(&input) {
                 let nodes = &self.graph.nodes;
@@ -712,7 +700,7 @@ impl<B: Backend> Interpreter<B> {
                 return Err(format!("{id:?} is unneeded but not freed"));
             }
             for node in t.consumers.iter(&graph.nodes) {
-                if !graph.nodes[node].inputs.contains(&id) {
+                if !graph.nodes[node].inputs().contains(&id) {
                     return Err(format!(
                         "{id:?} lists {node:?} as consumer but is not its input"
                     ));
@@ -720,10 +708,10 @@ impl<B: Backend> Interpreter<B> {
             }
         }
         for (id, node) in &graph.nodes {
-            if node.outputs.iter().all(Option::is_none) {
+            if node.outputs().all(|output| output.is_none()) {
                 return Err(format!("{id:?} has no live output"));
             }
-            for &input in &node.inputs {
+            for &input in node.inputs() {
                 if !graph.tensors[input]
                     .consumers
                     .iter(&graph.nodes)

@@ -105,13 +105,16 @@ impl<B: Backend> Interpreter<B> {
     /// removed, and inputs it leaves without handles or consumers are pushed
     /// to `unneeded`.
     fn release_output(&mut self, node: NodeId, k: usize, unneeded: &mut Vec<TensorId>) {
-        self.graph.nodes[node].outputs[k] = None;
-        if self.graph.nodes[node].outputs.iter().any(Option::is_some) {
+        self.graph.nodes[node].set_output(k, None);
+        if self.graph.nodes[node]
+            .outputs()
+            .any(|output| output.is_some())
+        {
             return; // siblings still need the node to be recomputed
         }
         let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
         self.backend.forget(node_info.op());
-        let inputs = &node_info.inputs;
+        let inputs = node_info.inputs();
         for (i, &input) in inputs.iter().enumerate() {
             // A repeated input lists the node once.
             if inputs[..i].contains(&input) {

@@ -250,7 +250,7 @@ impl<B: Backend> Interpreter<B> {
         let tensor = match victim {
             Victim::Made { op, output } => {
                 let node = *self.steps.as_ref()?.ops.get(op as usize)?;
-                (*self.graph.nodes.get(node)?.outputs.get(output as usize)?)?
+                self.graph.nodes.get(node)?.output(output as usize)?
             }
             Victim::Earlier(tensor) => tensor,
         };

@@ -434,7 +434,7 @@ impl<B: Backend> Interpreter<B> {
             return info.cost;
         };
         graph.nodes[node]
-            .inputs
+            .inputs()
             .iter()
             .filter(|&&t| graph.tensors[t].storage != storage && !graph.tensors[t].defined)
             .map(|&t| graph.storages[graph.tensors[t].storage].cost)
