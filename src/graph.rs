@@ -271,9 +271,15 @@ impl Graph {
             .get(layout, || Arc::new(layout.clone()))
     }
 
-    /// The shared copy of `op` with `signature`, for a new node (its
-    /// outputs shared too).
-    pub(crate) fn applied(&mut self, op: Op, mut signature: Signature) -> Arc<AppliedOp> {
+    /// The shared copy of `op` with `signature`, for a new node. A new
+    /// one shares its outputs with the applied ops that have equal ones
+    /// (looked up only then: most ops repeat an applied op already held).
+    pub(crate) fn applied(&mut self, op: Op, signature: Signature) -> Arc<AppliedOp> {
+        let applied = AppliedOp { op, signature };
+        if let Some(held) = self.interned_applied.find(&applied) {
+            return held;
+        }
+        let AppliedOp { op, mut signature } = applied;
         signature.outputs = self.interned_outputs.intern(signature.outputs);
         self.interned_applied.hold(AppliedOp { op, signature })
     }

@@ -36,10 +36,19 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
         Arc<T>: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        if let Some(held) = self.held.get(value) {
-            return held.clone();
+        if let Some(held) = self.find(value) {
+            return held;
         }
         self.insert(make())
+    }
+
+    /// The held copy equal to `value`, if there is one.
+    pub fn find<Q>(&self, value: &Q) -> Option<Arc<T>>
+    where
+        Arc<T>: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.held.get(value).cloned()
     }
 
     /// The held copy equal to `value`, or `value` itself, now held (see

@@ -54,7 +54,7 @@ pub(super) struct StorageTable<B: Backend> {
     /// The storages with a copy in host memory (swap), counted in
     /// `host_bytes`. Apart from `slots`: few storages have one, and every
     /// storage has a slot.
-    host_copies: HashMap<StorageId, HostCopy>,
+    host_copies: HashMap<StorageId, HostCopy, foldhash::fast::RandomState>,
     /// Resident, recomputable, unlocked and unpinned storages.
     pool: CandidatePool,
     /// Bytes of the resident storages that are not recomputable (puts,
@@ -99,7 +99,7 @@ impl<B: Backend> StorageTable<B> {
             memory,
             slots: SecondaryMap::new(),
             blocks: SecondaryMap::new(),
-            host_copies: HashMap::new(),
+            host_copies: HashMap::default(),
             pool: CandidatePool::new(),
             constant_bytes: 0,
             constant_peak_bytes: 0,
@@ -285,6 +285,9 @@ impl<B: Backend> StorageTable<B> {
 
     /// Forgets the host copy of `storage`, if it has one.
     pub(super) fn drop_host_copy(&mut self, storage: StorageId) {
+        if self.host_copies.is_empty() {
+            return; // the common case, without hashing
+        }
         if let Some(copy) = self.host_copies.remove(&storage) {
             self.host_bytes -= copy.bytes;
         }
