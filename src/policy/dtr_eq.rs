@@ -5,8 +5,7 @@
 //! the free bytes on either side of `s` in the arena, because evicting `s`
 //! then opens a hole that large.
 
-use std::collections::HashMap;
-
+use slotmap::SecondaryMap;
 use smallvec::SmallVec;
 
 use super::eqclass::EqClasses;
@@ -15,9 +14,59 @@ use crate::graph::{Graph, StorageId};
 
 /// The class nodes of one storage's distinct evicted neighbours, under a
 /// generation of [`EqClasses`].
+#[derive(Default)]
 struct Neighbours {
     generation: u64,
     nodes: SmallVec<[u32; 4]>,
+}
+
+/// The cached [`Neighbours`] of the storages scored since their last
+/// change. The lists sit in a slab of as many entries as are cached at
+/// once; a storage's table slot holds only its entry's index (8 B per
+/// storage ever made, where the lists themselves would take 40 B).
+#[derive(Default)]
+struct NeighbourCache {
+    entry_of: SecondaryMap<StorageId, u32>,
+    entries: Vec<Neighbours>,
+    /// Entries no storage uses, for the next insertions.
+    vacant: Vec<u32>,
+}
+
+impl NeighbourCache {
+    fn get(&self, storage: StorageId) -> Option<&Neighbours> {
+        let &entry = self.entry_of.get(storage)?;
+        Some(&self.entries[entry as usize])
+    }
+
+    /// Caches `neighbours` for `storage`, in place of any it had.
+    fn insert(&mut self, storage: StorageId, neighbours: Neighbours) -> &Neighbours {
+        let entry = match self.entry_of.get(storage) {
+            Some(&entry) => entry,
+            None => {
+                let entry = self.vacant.pop().unwrap_or_else(|| {
+                    self.entries.push(Neighbours::default());
+                    (self.entries.len() - 1) as u32
+                });
+                self.entry_of.insert(storage, entry);
+                entry
+            }
+        };
+        let slot = &mut self.entries[entry as usize];
+        *slot = neighbours;
+        slot
+    }
+
+    fn remove(&mut self, storage: StorageId) {
+        if let Some(entry) = self.entry_of.remove(storage) {
+            // Drops a spilled list now rather than at the entry's next use.
+            self.entries[entry as usize].nodes = SmallVec::new();
+            self.vacant.push(entry);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entry_of.is_empty()
+    }
 }
 
 /// The score's only graph walk, finding the evicted neighbours, is cached
@@ -26,15 +75,11 @@ struct Neighbours {
 /// of the storage and of everything adjacent to it), and all lists when
 /// the classes are renamed. Class costs are read afresh at every score, so
 /// scores are exactly those of the walk.
-///
-/// The cache is a hash map, not a table indexed by storage: it holds the
-/// few storages scored since their last change, where a table would take
-/// a slot for every storage ever made.
 #[derive(Default)]
 pub struct DtrEq {
     classes: EqClasses,
     fragmentation_aware: bool,
-    neighbours: HashMap<StorageId, Neighbours, foldhash::fast::RandomState>,
+    neighbours: NeighbourCache,
     /// Walk the graph at every score (the reference the cache is tested against).
     uncached: bool,
 }
@@ -59,10 +104,10 @@ impl DtrEq {
     /// `c0(s)` plus the cost of the distinct classes of its evicted neighbours.
     pub fn neighbourhood_cost(&mut self, storage: StorageId, graph: &Graph) -> u64 {
         let generation = self.classes.generation();
-        let fresh = matches!(self.neighbours.get(&storage), Some(n) if n.generation == generation);
+        let fresh = matches!(self.neighbours.get(storage), Some(n) if n.generation == generation);
         let walked;
         let nodes = if fresh && !self.uncached {
-            &self.neighbours[&storage].nodes
+            &self.neighbours.get(storage).expect("fresh").nodes
         } else {
             let mut nodes = SmallVec::new();
             for neighbour in graph.evicted_neighbours(storage) {
@@ -75,12 +120,7 @@ impl DtrEq {
                 &walked
             } else {
                 let cached = Neighbours { generation, nodes };
-                &self
-                    .neighbours
-                    .entry(storage)
-                    .insert_entry(cached)
-                    .into_mut()
-                    .nodes
+                &self.neighbours.insert(storage, cached).nodes
             }
         };
         let mut roots: SmallVec<[u32; 8]> = SmallVec::new();
@@ -100,10 +140,10 @@ impl DtrEq {
         if self.neighbours.is_empty() {
             return;
         }
-        self.neighbours.remove(&storage);
+        self.neighbours.remove(storage);
         let neighbours = &mut self.neighbours;
         graph.for_each_neighbour(storage, |s| {
-            neighbours.remove(&s);
+            neighbours.remove(s);
         });
     }
 }
@@ -161,7 +201,7 @@ impl Heuristic for DtrEq {
 
     fn on_free(&mut self, storage: StorageId, _graph: &Graph) {
         // Its edges are gone; `on_graph_change` forgot around it before.
-        self.neighbours.remove(&storage);
+        self.neighbours.remove(storage);
         self.classes.remove(storage);
     }
 
