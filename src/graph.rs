@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use slotmap::{new_key_type, SlotMap};
+use slotmap::{new_key_type, Key, SlotMap};
 use smallvec::SmallVec;
 
 use crate::intern::Interner;
@@ -20,32 +20,116 @@ new_key_type! {
     pub struct NodeId;
 }
 
-/// One op application; all of its outputs are (re)computed together.
-#[derive(Debug, Clone)]
-pub struct OpNode {
+/// An op and its checked signature: what every application of the op to
+/// inputs of the same layouts shares. The graph holds each distinct one
+/// once (see [`Graph::applied`]): a replay's million `layer` nodes point at
+/// one copy, which keeps a node to its inputs and outputs.
+#[derive(Debug, PartialEq)]
+pub struct AppliedOp {
     /// The op, as the backend runs it.
     pub op: Op,
-    /// Two inline: most ops read one or two tensors.
-    pub inputs: SmallVec<[TensorId; 2]>,
-    /// `None` once an output has been freed; it is still produced, then dropped.
-    pub outputs: SmallVec<[Option<TensorId>; 2]>,
     /// Its checked outputs and its recompute cost.
     pub signature: Signature,
 }
 
+// Ops compare their float attributes (`Fill`, `Scalar`, `LayerNorm`) by
+// value, so one holding a NaN equals no op, itself included: it is never
+// found in the interner and just gets a copy of its own. Nothing else
+// depends on reflexivity.
+impl Eq for AppliedOp {}
+
+impl std::hash::Hash for AppliedOp {
+    /// A cheap digest of what [`PartialEq`] compares: equal applied ops
+    /// have equal names, costs and output counts.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.op.name().hash(state);
+        self.signature.cost.hash(state);
+        self.signature.outputs.len().hash(state);
+    }
+}
+
+/// One op application; all of its outputs are (re)computed together.
+#[derive(Debug, Clone)]
+pub struct OpNode {
+    /// The op and its signature, shared with the nodes of equal ones.
+    pub applied: Arc<AppliedOp>,
+    /// Its inputs, then one entry per output of the signature: three
+    /// inline, as most ops read one or two tensors and make one. A freed
+    /// output is the null key (it is still produced, then dropped).
+    tensors: SmallVec<[TensorId; 3]>,
+}
+
 impl OpNode {
+    /// A node reading `inputs`, its outputs not made yet.
+    pub(crate) fn new(applied: Arc<AppliedOp>, inputs: &[TensorId]) -> OpNode {
+        let count = inputs.len() + applied.signature.outputs.len();
+        let mut tensors = SmallVec::with_capacity(count);
+        tensors.extend_from_slice(inputs);
+        tensors.resize(count, TensorId::null());
+        OpNode { applied, tensors }
+    }
+
+    /// Where the outputs start in `tensors`.
+    fn first_output(&self) -> usize {
+        self.tensors.len() - self.applied.signature.outputs.len()
+    }
+
+    /// The tensors it reads, in order (a tensor read twice is listed twice).
+    pub fn inputs(&self) -> &[TensorId] {
+        &self.tensors[..self.first_output()]
+    }
+
+    /// Each output in order: `None` once it has been freed, or before it
+    /// was made.
+    pub fn outputs(&self) -> impl ExactSizeIterator<Item = Option<TensorId>> + '_ {
+        self.tensors[self.first_output()..]
+            .iter()
+            .map(|&t| (!t.is_null()).then_some(t))
+    }
+
+    /// The outputs not freed, in order.
+    pub fn live_outputs(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.outputs().flatten()
+    }
+
+    /// Output `k`: `None` when freed, not made yet, or past the last.
+    pub fn output(&self, k: usize) -> Option<TensorId> {
+        let t = *self.tensors.get(self.first_output() + k)?;
+        (!t.is_null()).then_some(t)
+    }
+
+    /// Sets output `k` (`None`: freed).
+    pub(crate) fn set_output(&mut self, k: usize, tensor: Option<TensorId>) {
+        let at = self.first_output() + k;
+        self.tensors[at] = tensor.unwrap_or_else(TensorId::null);
+    }
+
+    /// The op, as the backend runs it.
+    pub fn op(&self) -> &Op {
+        &self.applied.op
+    }
+
+    /// Its checked outputs and its recompute cost.
+    pub fn signature(&self) -> &Signature {
+        &self.applied.signature
+    }
+
     /// What running it (again) costs, in cost units.
     pub fn cost(&self) -> u64 {
-        self.signature.cost
+        self.applied.signature.cost
     }
 }
 
 /// Everything the runtime knows about one tensor.
 #[derive(Debug, Clone)]
 pub struct TensorInfo {
-    /// The compute path: the node that made this tensor and which output it
-    /// is. `None` for puts, which can never be recomputed.
-    pub producer: Option<(NodeId, usize)>,
+    /// The compute path: the node that made this tensor. `None` for puts,
+    /// which can never be recomputed.
+    pub producer: Option<NodeId>,
+    /// Which of its producer's outputs it is (0 for puts). Two bytes, beside
+    /// `defined`, keep the record at 64 B: an op has at most
+    /// [`TensorInfo::MAX_OUTPUTS`] outputs.
+    pub output: u16,
     /// The storage holding its bytes (shared with its views).
     pub storage: StorageId,
     /// Shared with every tensor of an equal layout (interned by the graph).
@@ -57,6 +141,11 @@ pub struct TensorInfo {
     pub user_refs: u32,
     /// Live nodes that read this tensor (each listed once).
     pub consumers: Consumers,
+}
+
+impl TensorInfo {
+    /// The most outputs one op may have (see [`TensorInfo::output`]).
+    pub const MAX_OUTPUTS: usize = u16::MAX as usize + 1;
 }
 
 /// The live nodes that read one tensor, each once, in the order they were
@@ -158,8 +247,11 @@ pub struct Graph {
     /// The sum of the cost of every op run so far (rematerialisations
     /// included), starting at 1.
     pub clock: u64,
-    /// The distinct outputs of the nodes' signatures, shared among nodes.
-    pub interned_outputs: OutputsInterner,
+    /// The distinct outputs of the nodes' signatures, shared among their
+    /// applied ops.
+    interned_outputs: OutputsInterner,
+    /// The distinct applied ops of the nodes, shared among them.
+    interned_applied: Interner<AppliedOp>,
     /// The distinct layouts of the tensors, shared among them.
     interned_layouts: Interner<Layout>,
 }
@@ -177,6 +269,19 @@ impl Graph {
     pub(crate) fn layout(&mut self, layout: &Layout) -> Arc<Layout> {
         self.interned_layouts
             .get(layout, || Arc::new(layout.clone()))
+    }
+
+    /// The shared copy of `op` with `signature`, for a new node. A new
+    /// one shares its outputs with the applied ops that have equal ones
+    /// (looked up only then: most ops repeat an applied op already held).
+    pub(crate) fn applied(&mut self, op: Op, signature: Signature) -> Arc<AppliedOp> {
+        let applied = AppliedOp { op, signature };
+        if let Some(held) = self.interned_applied.find(&applied) {
+            return held;
+        }
+        let AppliedOp { op, mut signature } = applied;
+        signature.outputs = self.interned_outputs.intern(signature.outputs);
+        self.interned_applied.hold(AppliedOp { op, signature })
     }
 
     /// `clock − last_access`.
@@ -205,8 +310,8 @@ impl Graph {
     pub fn for_each_neighbour(&self, storage: StorageId, mut visit: impl FnMut(StorageId)) {
         for &t in &self.storages[storage].tensors {
             let info = &self.tensors[t];
-            if let Some((node, _)) = info.producer {
-                for &input in &self.nodes[node].inputs {
+            if let Some(node) = info.producer {
+                for &input in self.nodes[node].inputs() {
                     let s = self.tensors[input].storage;
                     if s != storage {
                         visit(s);
@@ -214,8 +319,8 @@ impl Graph {
                 }
             }
             for node in info.consumers.iter(&self.nodes) {
-                for output in self.nodes[node].outputs.iter().flatten() {
-                    let s = self.tensors[*output].storage;
+                for output in self.nodes[node].live_outputs() {
+                    let s = self.tensors[output].storage;
                     if s != storage {
                         visit(s);
                     }
@@ -229,7 +334,7 @@ impl Graph {
         let mut seen: SmallVec<[NodeId; 4]> = SmallVec::new();
         let mut cost = 0;
         for &t in &self.storages[storage].tensors {
-            if let Some((node, _)) = self.tensors[t].producer {
+            if let Some(node) = self.tensors[t].producer {
                 if !seen.contains(&node) {
                     seen.push(node);
                     cost = u64::saturating_add(cost, self.nodes[node].cost());
@@ -250,9 +355,9 @@ mod tests {
     #[test]
     fn records_stay_small() {
         let sizes = [
-            ("OpNode", std::mem::size_of::<OpNode>(), 144),
+            ("OpNode", std::mem::size_of::<OpNode>(), 40),
             ("Op", std::mem::size_of::<Op>(), 72),
-            ("TensorInfo", std::mem::size_of::<TensorInfo>(), 72),
+            ("TensorInfo", std::mem::size_of::<TensorInfo>(), 64),
             ("StorageInfo", std::mem::size_of::<StorageInfo>(), 56),
             ("TraceEvent", std::mem::size_of::<TraceEvent>(), 96),
             ("TraceOutput", std::mem::size_of::<TraceOutput>(), 40),

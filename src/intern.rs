@@ -36,14 +36,39 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
         Arc<T>: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        if let Some(held) = self.held.get(value) {
+        if let Some(held) = self.find(value) {
+            return held;
+        }
+        self.insert(make())
+    }
+
+    /// The held copy equal to `value`, if there is one.
+    pub fn find<Q>(&self, value: &Q) -> Option<Arc<T>>
+    where
+        Arc<T>: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.held.get(value).cloned()
+    }
+
+    /// The held copy equal to `value`, or `value` itself, now held (see
+    /// [`Interner::get`]).
+    pub fn hold(&mut self, value: T) -> Arc<T>
+    where
+        T: Sized,
+    {
+        if let Some(held) = self.held.get(&value) {
             return held.clone();
         }
+        self.insert(Arc::new(value))
+    }
+
+    /// Holds `made`, a value not held yet.
+    fn insert(&mut self, made: Arc<T>) -> Arc<T> {
         if self.held.len() >= self.sweep_at.max(1024) {
             self.held.retain(|v| Arc::strong_count(v) > 1);
             self.sweep_at = 2 * self.held.len();
         }
-        let made = make();
         self.held.insert(made.clone());
         made
     }

@@ -130,7 +130,7 @@ impl Observer for Tally {
                 node,
                 rematerializing,
                 ..
-            } => format!("ran {} {rematerializing}", graph.nodes[*node].op.name()),
+            } => format!("ran {} {rematerializing}", graph.nodes[*node].op().name()),
             RunEvent::Evicted { score, eager, .. } => format!("evict {score:?} {eager}"),
             RunEvent::OutOfMemory { .. } => "oom".to_string(),
             RunEvent::Apply { .. } => "apply".to_string(),

@@ -121,7 +121,7 @@ impl<B: Backend> Interpreter<B> {
         let mut seen: HashSet<NodeId> = HashSet::new();
         let mut stack: Vec<NodeId> = Vec::new();
         for &tensor in &graph.storages[storage].tensors {
-            if let Some((node, _)) = graph.tensors[tensor].producer {
+            if let Some(node) = graph.tensors[tensor].producer {
                 if seen.insert(node) {
                     stack.push(node);
                 }
@@ -130,9 +130,9 @@ impl<B: Backend> Interpreter<B> {
         let mut inputs: SmallVec<[StorageId; 8]> = SmallVec::new();
         while let Some(node) = stack.pop() {
             let info = &graph.nodes[node];
-            let mut needed = info.signature.output_bytes();
+            let mut needed = info.signature().output_bytes();
             inputs.clear();
-            for &input in &info.inputs {
+            for &input in info.inputs() {
                 let tensor = &graph.tensors[input];
                 let input_storage = &graph.storages[tensor.storage];
                 if input_storage.recomputable && !inputs.contains(&tensor.storage) {
@@ -140,7 +140,7 @@ impl<B: Backend> Interpreter<B> {
                     needed = needed.saturating_add(input_storage.bytes);
                 }
                 let missing = !tensor.defined || tensor.storage == storage;
-                if let (true, Some((producer, _))) = (missing, tensor.producer) {
+                if let (true, Some(producer)) = (missing, tensor.producer) {
                     if seen.insert(producer) {
                         stack.push(producer);
                     }
@@ -182,7 +182,7 @@ impl<B: Backend> Interpreter<B> {
                 node,
                 rematerializing,
             } => {
-                let name = self.graph.nodes[node].op.name();
+                let name = self.graph.nodes[node].op().name();
                 if rematerializing {
                     format!("op `{name}`, rerun to rematerialise an evicted tensor,")
                 } else {
@@ -201,8 +201,8 @@ impl<B: Backend> Interpreter<B> {
             .map(|(storage, bytes)| {
                 let root = self.graph.storages[storage].tensors[0];
                 let what = match self.graph.tensors[root].producer {
-                    Some((node, _)) => {
-                        format!("output of `{}`", self.graph.nodes[node].op.name())
+                    Some(node) => {
+                        format!("output of `{}`", self.graph.nodes[node].op().name())
                     }
                     None => "a put".to_string(),
                 };

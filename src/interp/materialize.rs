@@ -80,7 +80,7 @@ impl<B: Backend> Interpreter<B> {
                             *chain = stack
                                 .iter()
                                 .rev()
-                                .map(|f| self.graph.nodes[f.node].op.name().to_string())
+                                .map(|f| self.graph.nodes[f.node].op().name().to_string())
                                 .collect();
                         }
                         for frame in stack.iter().rev() {
@@ -144,7 +144,7 @@ impl<B: Backend> Interpreter<B> {
     }
 
     fn input_storage(&self, node: NodeId, input: usize) -> StorageId {
-        self.graph.tensors[self.graph.nodes[node].inputs[input]].storage
+        self.graph.tensors[self.graph.nodes[node].inputs()[input]].storage
     }
 
     fn check_thrash(&mut self) -> Result<()> {
@@ -168,7 +168,7 @@ impl<B: Backend> Interpreter<B> {
     /// Marks `node`'s inputs accessed and locks those already defined, so
     /// rematerialising the others cannot evict them.
     fn begin(&mut self, node: NodeId) -> Frame {
-        let count = self.graph.nodes[node].inputs.len();
+        let count = self.graph.nodes[node].inputs().len();
         let mut frame = Frame {
             node,
             next_input: 0,
@@ -176,11 +176,11 @@ impl<B: Backend> Interpreter<B> {
             lost: smallvec![false; count],
         };
         for i in 0..count {
-            let storage = self.graph.tensors[self.graph.nodes[node].inputs[i]].storage;
+            let storage = self.graph.tensors[self.graph.nodes[node].inputs()[i]].storage;
             self.touch(storage);
         }
         for i in 0..count {
-            let tensor = self.graph.nodes[node].inputs[i];
+            let tensor = self.graph.nodes[node].inputs()[i];
             if self.graph.tensors[tensor].defined {
                 self.table.lock(self.graph.tensors[tensor].storage);
                 frame.locked[i] = true;
@@ -196,7 +196,7 @@ impl<B: Backend> Interpreter<B> {
         while frame.next_input < count {
             let i = frame.next_input;
             if !frame.locked[i] {
-                let info = &self.graph.tensors[self.graph.nodes[frame.node].inputs[i]];
+                let info = &self.graph.tensors[self.graph.nodes[frame.node].inputs()[i]];
                 if !info.defined {
                     let (storage, producer) = (info.storage, info.producer);
                     if !self.graph.storages[storage].is_resident()
@@ -204,7 +204,7 @@ impl<B: Backend> Interpreter<B> {
                     {
                         return Some(Missing::SwapIn(storage));
                     }
-                    let (producer, _) = producer.expect("only recomputable storages are evicted");
+                    let producer = producer.expect("only recomputable storages are evicted");
                     return Some(Missing::Recompute(producer));
                 }
                 self.table.lock(info.storage);
@@ -218,7 +218,7 @@ impl<B: Backend> Interpreter<B> {
     fn unlock_inputs(&mut self, frame: &Frame) {
         for (i, &locked) in frame.locked.iter().enumerate() {
             if locked {
-                let tensor = self.graph.nodes[frame.node].inputs[i];
+                let tensor = self.graph.nodes[frame.node].inputs()[i];
                 self.table
                     .unlock(&self.graph, self.graph.tensors[tensor].storage);
             }
@@ -231,7 +231,7 @@ impl<B: Backend> Interpreter<B> {
         // A block for every fresh output, those still resident included:
         // the op writes all its outputs before duplicates are dropped.
         let sizes: SmallVec<[u64; 2]> = self.graph.nodes[node_id]
-            .signature
+            .signature()
             .outputs
             .iter()
             .filter(|o| o.alias_of.is_none())
@@ -243,8 +243,8 @@ impl<B: Backend> Interpreter<B> {
         };
         let reserved = self.reserve(&sizes, room)?;
         if self.has_unread_prefetches() {
-            for i in 0..self.graph.nodes[node_id].inputs.len() {
-                let input = self.graph.nodes[node_id].inputs[i];
+            for i in 0..self.graph.nodes[node_id].inputs().len() {
+                let input = self.graph.nodes[node_id].inputs()[i];
                 self.await_arrival(self.graph.tensors[input].storage);
             }
         }
@@ -257,7 +257,7 @@ impl<B: Backend> Interpreter<B> {
 
         let node = &self.graph.nodes[node_id];
         let views: SmallVec<[BufferView<'_, B::Buffer>; 4]> = node
-            .inputs
+            .inputs()
             .iter()
             .map(|&t| {
                 let info = &self.graph.tensors[t];
@@ -269,7 +269,7 @@ impl<B: Backend> Interpreter<B> {
             .collect();
         let results = self
             .backend
-            .execute(&node.op, &views, &node.signature, placed);
+            .execute(node.op(), &views, node.signature(), placed);
         let mut blocks = reserved.into_iter();
         drop(views);
         let results = match results {
@@ -279,14 +279,14 @@ impl<B: Backend> Interpreter<B> {
                 return Err(error);
             }
         };
-        let shapes_match = results.len() == node.signature.outputs.len()
+        let shapes_match = results.len() == node.signature().outputs.len()
             && results
                 .iter()
-                .zip(&node.signature.outputs)
+                .zip(&node.signature().outputs)
                 .all(|(r, spec)| r.is_some() == spec.alias_of.is_none());
         if !shapes_match {
             let backend = self.backend.name();
-            let op_name = node.op.name().to_string();
+            let op_name = node.op().name().to_string();
             for buffer in results.into_iter().flatten() {
                 self.backend.release(buffer);
             }
@@ -305,8 +305,9 @@ impl<B: Backend> Interpreter<B> {
             let block = buffer
                 .as_ref()
                 .map(|_| blocks.next().expect("a block per fresh output"));
-            let missing =
-                self.graph.nodes[node_id].outputs[k].filter(|&t| !self.graph.tensors[t].defined);
+            let missing = self.graph.nodes[node_id]
+                .output(k)
+                .filter(|&t| !self.graph.tensors[t].defined);
             let Some(tensor) = missing else {
                 // Freed, or still resident: the fresh copy is discarded.
                 if let (Some(buffer), Some(block)) = (buffer, block) {

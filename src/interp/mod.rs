@@ -23,7 +23,7 @@ pub use schedule::{PlanRecord, Reservation};
 pub use stats::{Event, Stats};
 
 use slotmap::SecondaryMap;
-use smallvec::{smallvec, SmallVec};
+use smallvec::SmallVec;
 
 use crate::backend::Backend;
 use crate::config::{Budget, Config};
@@ -248,6 +248,7 @@ impl<B: Backend> Interpreter<B> {
         let layout = self.graph.layout(&layout);
         let tensor = self.graph.tensors.insert(TensorInfo {
             producer: None,
+            output: 0,
             storage,
             layout,
             defined: true,
@@ -292,18 +293,21 @@ impl<B: Backend> Interpreter<B> {
         if let Some(cost) = cost {
             signature.cost = cost;
         }
+        if signature.outputs.len() > TensorInfo::MAX_OUTPUTS {
+            return Err(Error::InvalidArgument(format!(
+                "`{}` has {} outputs; an op may have at most {}",
+                op.name(),
+                signature.outputs.len(),
+                TensorInfo::MAX_OUTPUTS
+            )));
+        }
         let node = self.insert_node(op, inputs, signature);
         self.step_op(node);
         if let Err(error) = self.materialize(node, true) {
             self.remove_failed_node(node);
             return Err(error);
         }
-        let outputs: SmallVec<[TensorId; 2]> = self.graph.nodes[node]
-            .outputs
-            .iter()
-            .flatten()
-            .copied()
-            .collect();
+        let outputs: SmallVec<[TensorId; 2]> = self.graph.nodes[node].live_outputs().collect();
         for &t in &outputs {
             let storage = self.graph.tensors[t].storage;
             self.touch(storage);
@@ -416,7 +420,7 @@ impl<B: Backend> Interpreter<B> {
             if visited.insert(node, ()).is_some() {
                 continue;
             }
-            for &output in self.graph.nodes[node].outputs.iter().flatten() {
+            for output in self.graph.nodes[node].live_outputs() {
                 let info = &self.graph.tensors[output];
                 if info.user_refs > 0 {
                     dependents.push(output);
@@ -579,7 +583,7 @@ impl<B: Backend> Interpreter<B> {
         if info.defined {
             return Ok(());
         }
-        let (node, _) = info
+        let node = info
             .producer
             .expect("only recomputable storages are evicted");
         self.materialize(node, false)
@@ -590,16 +594,11 @@ impl<B: Backend> Interpreter<B> {
         &mut self,
         op: Op,
         inputs: &[TensorId],
-        mut signature: crate::ops::Signature,
+        signature: crate::ops::Signature,
     ) -> NodeId {
-        signature.outputs = self.graph.interned_outputs.intern(signature.outputs);
-        let outputs = signature.outputs.clone();
-        let node = self.graph.nodes.insert(OpNode {
-            op,
-            inputs: inputs.into(),
-            outputs: smallvec![None; outputs.len()],
-            signature,
-        });
+        let applied = self.graph.applied(op, signature);
+        let outputs = applied.signature.outputs.clone();
+        let node = self.graph.nodes.insert(OpNode::new(applied, inputs));
         for (k, spec) in outputs.iter().enumerate() {
             let bytes = spec.bytes();
             let storage = match spec.alias_of {
@@ -608,7 +607,8 @@ impl<B: Backend> Interpreter<B> {
             };
             let layout = self.graph.layout(&spec.layout);
             let tensor = self.graph.tensors.insert(TensorInfo {
-                producer: Some((node, k)),
+                producer: Some(node),
+                output: k as u16,
                 storage,
                 layout,
                 defined: false,
@@ -617,7 +617,7 @@ impl<B: Backend> Interpreter<B> {
             });
             self.graph.storages[storage].tensors.push(tensor);
             self.refresh_storage_cost(storage);
-            self.graph.nodes[node].outputs[k] = Some(tensor);
+            self.graph.nodes[node].set_output(k, Some(tensor));
         }
         // The node is new, so only a repeated input can list it already.
         for (i, &input) in inputs.iter().enumerate() {
@@ -625,8 +625,8 @@ impl<B: Backend> Interpreter<B> {
                 self.graph.tensors[input].consumers.push(node);
             }
         }
-        for k in 0..self.graph.nodes[node].outputs.len() {
-            let output = self.graph.nodes[node].outputs[k].expect("just inserted");
+        for k in 0..self.graph.nodes[node].outputs().len() {
+            let output = self.graph.nodes[node].output(k).expect("just inserted");
             self.heuristic
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
@@ -662,18 +662,13 @@ impl<B: Backend> Interpreter<B> {
 
     /// Undoes [`Interpreter::insert_node`] for a node whose first run failed.
     fn remove_failed_node(&mut self, node: NodeId) {
-        for &output in self.graph.nodes[node].outputs.iter().flatten() {
+        for output in self.graph.nodes[node].live_outputs() {
             self.heuristic
                 .on_graph_change(self.graph.tensors[output].storage, &self.graph);
         }
-        let OpNode {
-            op,
-            inputs,
-            outputs,
-            ..
-        } = self.graph.nodes.remove(node).expect("node exists");
-        self.backend.forget(&op);
-        for tensor in outputs.into_iter().flatten() {
+        let removed = self.graph.nodes.remove(node).expect("node exists");
+        self.backend.forget(removed.op());
+        for tensor in removed.live_outputs() {
             let info = self.graph.tensors.remove(tensor).expect("output exists");
             debug_assert!(!info.defined, "a failed op defined an output");
             let storage = &mut self.graph.storages[info.storage];
@@ -686,6 +681,7 @@ impl<B: Backend> Interpreter<B> {
                 self.refresh_storage_cost(info.storage);
             }
         }
+        let inputs = removed.inputs();
         for (i, &input) in inputs.iter().enumerate() {
             if !inputs[..i].contains(&input) {
                 let nodes = &self.graph.nodes;
@@ -714,7 +710,7 @@ impl<B: Backend> Interpreter<B> {
                 return Err(format!("{id:?} is unneeded but not freed"));
             }
             for node in t.consumers.iter(&graph.nodes) {
-                if !graph.nodes[node].inputs.contains(&id) {
+                if !graph.nodes[node].inputs().contains(&id) {
                     return Err(format!(
                         "{id:?} lists {node:?} as consumer but is not its input"
                     ));
@@ -722,10 +718,10 @@ impl<B: Backend> Interpreter<B> {
             }
         }
         for (id, node) in &graph.nodes {
-            if node.outputs.iter().all(Option::is_none) {
+            if node.outputs().all(|output| output.is_none()) {
                 return Err(format!("{id:?} has no live output"));
             }
-            for &input in &node.inputs {
+            for &input in node.inputs() {
                 if !graph.tensors[input]
                     .consumers
                     .iter(&graph.nodes)

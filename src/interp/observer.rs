@@ -239,7 +239,7 @@ impl Observer for EventLog {
                 ..
             } => self.0.push(Event::Rematerialize {
                 tensor,
-                op: graph.nodes[node].op.name().to_string(),
+                op: graph.nodes[node].op().name().to_string(),
             }),
             _ => {}
         }
@@ -256,7 +256,7 @@ pub struct TracingLog;
 impl Observer for TracingLog {
     fn observe(&mut self, event: &RunEvent<'_>, graph: &Graph) {
         use tracing::{debug, enabled, warn, Level};
-        let op_name = |node: NodeId| graph.nodes[node].op.name();
+        let op_name = |node: NodeId| graph.nodes[node].op().name();
         match *event {
             RunEvent::Evicted {
                 storage,
@@ -267,9 +267,7 @@ impl Observer for TracingLog {
             } if enabled!(target: "dtr::evict", Level::DEBUG) => {
                 let info = &graph.storages[storage];
                 let root = info.tensors[0];
-                let op = graph.tensors[root]
-                    .producer
-                    .map_or("put", |(n, _)| op_name(n));
+                let op = graph.tensors[root].producer.map_or("put", op_name);
                 let held = info.tensors.iter().any(|&t| graph.tensors[t].user_refs > 0);
                 let staleness = graph.staleness(storage);
                 debug!(target: "dtr::evict", tensor = ?root, op, bytes, ?score, eager, to_host, held, staleness, clock = graph.clock, "evicted");

@@ -55,7 +55,7 @@ impl<B: Backend> Interpreter<B> {
         self.ensure_defined(tensor)?;
         let info = &self.graph.tensors[tensor];
         let storage = info.storage;
-        let Some((node, k)) = info.producer else {
+        let (Some(node), k) = (info.producer, usize::from(info.output)) else {
             return Ok(());
         };
         if self.graph.storages[storage].tensors[0] != tensor {
@@ -95,8 +95,8 @@ impl<B: Backend> Interpreter<B> {
                 .expect("freed tensors are tracked");
             debug_assert!(info.user_refs == 0 && info.consumers.is_empty());
             self.detach_from_storage(tensor, info.storage);
-            if let Some((node, k)) = info.producer {
-                self.release_output(node, k, &mut unneeded);
+            if let Some(node) = info.producer {
+                self.release_output(node, usize::from(info.output), &mut unneeded);
             }
         }
     }
@@ -105,13 +105,16 @@ impl<B: Backend> Interpreter<B> {
     /// removed, and inputs it leaves without handles or consumers are pushed
     /// to `unneeded`.
     fn release_output(&mut self, node: NodeId, k: usize, unneeded: &mut Vec<TensorId>) {
-        self.graph.nodes[node].outputs[k] = None;
-        if self.graph.nodes[node].outputs.iter().any(Option::is_some) {
+        self.graph.nodes[node].set_output(k, None);
+        if self.graph.nodes[node]
+            .outputs()
+            .any(|output| output.is_some())
+        {
             return; // siblings still need the node to be recomputed
         }
         let node_info = self.graph.nodes.remove(node).expect("producer is tracked");
-        self.backend.forget(&node_info.op);
-        let inputs = &node_info.inputs;
+        self.backend.forget(node_info.op());
+        let inputs = node_info.inputs();
         for (i, &input) in inputs.iter().enumerate() {
             // A repeated input lists the node once.
             if inputs[..i].contains(&input) {

@@ -219,7 +219,7 @@ impl<B: Backend> Interpreter<B> {
         steps.positions.insert(node, position);
         steps.op_requests = 0;
         let state = foldhash::fast::FixedState::with_seed(steps.fingerprint);
-        steps.fingerprint = state.hash_one((info.op.name(), info.signature.output_bytes()));
+        steps.fingerprint = state.hash_one((info.op().name(), info.signature().output_bytes()));
     }
 
     /// A request for `sizes` (`bytes` in all) as the step plan says: when the plan's next
@@ -293,7 +293,7 @@ impl<B: Backend> Interpreter<B> {
         let tensor = match victim {
             Victim::Made { op, output } => {
                 let node = *self.steps.as_ref()?.ops.get(op as usize)?;
-                (*self.graph.nodes.get(node)?.outputs.get(output as usize)?)?
+                self.graph.nodes.get(node)?.output(output as usize)?
             }
             Victim::Earlier(tensor) => tensor,
         };
@@ -306,13 +306,14 @@ impl<B: Backend> Interpreter<B> {
             return;
         };
         let root = self.graph.storages[storage].tensors[0];
-        let made = self.graph.tensors[root]
+        let info = &self.graph.tensors[root];
+        let made = info
             .producer
-            .and_then(|(node, output)| Some((*steps.positions.get(node)?, output)));
+            .and_then(|node| Some((*steps.positions.get(node)?, info.output)));
         let victim = match made {
             Some((op, output)) => Victim::Made {
                 op,
-                output: output as u32,
+                output: u32::from(output),
             },
             None => Victim::Earlier(root),
         };

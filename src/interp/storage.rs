@@ -10,6 +10,8 @@
 //! The graph keeps `residency` because heuristics read it; only this module
 //! writes it.
 
+use std::collections::HashMap;
+
 use slotmap::SecondaryMap;
 
 use crate::backend::{Backend, BufferView};
@@ -41,9 +43,6 @@ struct Slot<Buf> {
     pins: u32,
     /// Resident and not recomputable: counted in `constant_bytes`.
     constant: bool,
-    /// A copy in host memory (swap), counted in `host_bytes`. Boxed: few
-    /// storages have one, and every storage has a slot.
-    host: Option<Box<HostCopy>>,
 }
 
 pub(super) struct StorageTable<B: Backend> {
@@ -52,6 +51,10 @@ pub(super) struct StorageTable<B: Backend> {
     /// The block of every resident storage (apart from `slots` because
     /// policies read it and are not generic over buffers).
     blocks: SecondaryMap<StorageId, Block>,
+    /// The storages with a copy in host memory (swap), counted in
+    /// `host_bytes`. Apart from `slots`: few storages have one, and every
+    /// storage has a slot.
+    host_copies: HashMap<StorageId, HostCopy, foldhash::fast::RandomState>,
     /// Resident, recomputable, unlocked and unpinned storages.
     pool: CandidatePool,
     /// Bytes of the resident storages that are not recomputable (puts,
@@ -96,6 +99,7 @@ impl<B: Backend> StorageTable<B> {
             memory,
             slots: SecondaryMap::new(),
             blocks: SecondaryMap::new(),
+            host_copies: HashMap::default(),
             pool: CandidatePool::new(),
             constant_bytes: 0,
             constant_peak_bytes: 0,
@@ -114,7 +118,6 @@ impl<B: Backend> StorageTable<B> {
                 locks: 0,
                 pins: 0,
                 constant: false,
-                host: None,
             },
         );
     }
@@ -214,11 +217,7 @@ impl<B: Backend> StorageTable<B> {
 
     /// When the host copy of `storage` is (or will be) complete, if it has one.
     pub(super) fn host_copy_ready_at(&self, storage: StorageId) -> Option<u64> {
-        self.slots
-            .get(storage)?
-            .host
-            .as_ref()
-            .map(|copy| copy.ready_at)
+        self.host_copies.get(&storage).map(|copy| copy.ready_at)
     }
 
     /// Whether host memory under `limit` has room for a copy of `storage`.
@@ -252,12 +251,13 @@ impl<B: Backend> StorageTable<B> {
             buffer,
             layout: &layout,
         })?;
-        debug_assert!(slot.host.is_none(), "copying a storage to host twice");
-        slot.host = Some(Box::new(HostCopy {
+        let copied = HostCopy {
             values,
             bytes,
             ready_at,
-        }));
+        };
+        let previous = self.host_copies.insert(storage, copied);
+        debug_assert!(previous.is_none(), "copying a storage to host twice");
         self.host_bytes += bytes;
         self.host_peak_bytes = self.host_peak_bytes.max(self.host_bytes);
         Ok(())
@@ -274,9 +274,9 @@ impl<B: Backend> StorageTable<B> {
         at: Option<Block>,
     ) -> Result<()> {
         let bytes = graph.storages[storage].bytes;
-        let copy = self.slots[storage]
-            .host
-            .as_ref()
+        let copy = self
+            .host_copies
+            .get(&storage)
             .expect("only storages with a host copy are copied back");
         let buffer = backend.upload(&copy.values, &whole_storage(bytes), at)?;
         self.install(graph, storage, buffer, block);
@@ -285,11 +285,10 @@ impl<B: Backend> StorageTable<B> {
 
     /// Forgets the host copy of `storage`, if it has one.
     pub(super) fn drop_host_copy(&mut self, storage: StorageId) {
-        if let Some(copy) = self
-            .slots
-            .get_mut(storage)
-            .and_then(|slot| slot.host.take())
-        {
+        if self.host_copies.is_empty() {
+            return; // the common case, without hashing
+        }
+        if let Some(copy) = self.host_copies.remove(&storage) {
             self.host_bytes -= copy.bytes;
         }
     }
@@ -503,7 +502,7 @@ impl<B: Backend> StorageTable<B> {
                     constant_bytes += block.size;
                 }
             }
-            if let Some(copy) = &slot.host {
+            if let Some(copy) = self.host_copies.get(&id) {
                 if copy.bytes != info.bytes {
                     return Err(format!("{id:?} has a host copy of another size"));
                 }
@@ -540,6 +539,13 @@ impl<B: Backend> StorageTable<B> {
                 "{constant_bytes} B of constants resident, {} B counted (peak {} B)",
                 self.constant_bytes, self.constant_peak_bytes
             ));
+        }
+        if let Some(stray) = self
+            .host_copies
+            .keys()
+            .find(|&&storage| !graph.storages.contains_key(storage))
+        {
+            return Err(format!("{stray:?} has a host copy but no storage"));
         }
         if host_bytes != self.host_bytes || host_bytes > self.host_peak_bytes {
             return Err(format!(

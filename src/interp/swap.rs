@@ -210,7 +210,7 @@ impl<B: Backend> Interpreter<B> {
         self.abort_prefetches();
         let info = &self.graph.storages[storage];
         let (bytes, root) = (info.bytes, info.tensors[0]);
-        let (node, _) = self.graph.tensors[root]
+        let node = self.graph.tensors[root]
             .producer
             .expect("only recomputable storages are evicted");
         let room = RoomFor::Op {
@@ -430,11 +430,11 @@ impl<B: Backend> Interpreter<B> {
     fn recompute_estimate(&self, storage: StorageId) -> u64 {
         let graph = &self.graph;
         let info = &graph.storages[storage];
-        let Some((node, _)) = graph.tensors[info.tensors[0]].producer else {
+        let Some(node) = graph.tensors[info.tensors[0]].producer else {
             return info.cost;
         };
         graph.nodes[node]
-            .inputs
+            .inputs()
             .iter()
             .filter(|&&t| graph.tensors[t].storage != storage && !graph.tensors[t].defined)
             .map(|&t| graph.storages[graph.tensors[t].storage].cost)

@@ -14,9 +14,59 @@ use crate::graph::{Graph, StorageId};
 
 /// The class nodes of one storage's distinct evicted neighbours, under a
 /// generation of [`EqClasses`].
+#[derive(Default)]
 struct Neighbours {
     generation: u64,
     nodes: SmallVec<[u32; 4]>,
+}
+
+/// The cached [`Neighbours`] of the storages scored since their last
+/// change. The lists sit in a slab of as many entries as are cached at
+/// once; a storage's table slot holds only its entry's index (8 B per
+/// storage ever made, where the lists themselves would take 40 B).
+#[derive(Default)]
+struct NeighbourCache {
+    entry_of: SecondaryMap<StorageId, u32>,
+    entries: Vec<Neighbours>,
+    /// Entries no storage uses, for the next insertions.
+    vacant: Vec<u32>,
+}
+
+impl NeighbourCache {
+    fn get(&self, storage: StorageId) -> Option<&Neighbours> {
+        let &entry = self.entry_of.get(storage)?;
+        Some(&self.entries[entry as usize])
+    }
+
+    /// Caches `neighbours` for `storage`, in place of any it had.
+    fn insert(&mut self, storage: StorageId, neighbours: Neighbours) -> &Neighbours {
+        let entry = match self.entry_of.get(storage) {
+            Some(&entry) => entry,
+            None => {
+                let entry = self.vacant.pop().unwrap_or_else(|| {
+                    self.entries.push(Neighbours::default());
+                    (self.entries.len() - 1) as u32
+                });
+                self.entry_of.insert(storage, entry);
+                entry
+            }
+        };
+        let slot = &mut self.entries[entry as usize];
+        *slot = neighbours;
+        slot
+    }
+
+    fn remove(&mut self, storage: StorageId) {
+        if let Some(entry) = self.entry_of.remove(storage) {
+            // Drops a spilled list now rather than at the entry's next use.
+            self.entries[entry as usize].nodes = SmallVec::new();
+            self.vacant.push(entry);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entry_of.is_empty()
+    }
 }
 
 /// The score's only graph walk, finding the evicted neighbours, is cached
@@ -29,7 +79,7 @@ struct Neighbours {
 pub struct DtrEq {
     classes: EqClasses,
     fragmentation_aware: bool,
-    neighbours: SecondaryMap<StorageId, Neighbours>,
+    neighbours: NeighbourCache,
     /// Walk the graph at every score (the reference the cache is tested against).
     uncached: bool,
 }
@@ -57,7 +107,7 @@ impl DtrEq {
         let fresh = matches!(self.neighbours.get(storage), Some(n) if n.generation == generation);
         let walked;
         let nodes = if fresh && !self.uncached {
-            &self.neighbours[storage].nodes
+            &self.neighbours.get(storage).expect("fresh").nodes
         } else {
             let mut nodes = SmallVec::new();
             for neighbour in graph.evicted_neighbours(storage) {
@@ -69,9 +119,8 @@ impl DtrEq {
                 walked = nodes;
                 &walked
             } else {
-                self.neighbours
-                    .insert(storage, Neighbours { generation, nodes });
-                &self.neighbours[storage].nodes
+                let cached = Neighbours { generation, nodes };
+                &self.neighbours.insert(storage, cached).nodes
             }
         };
         let mut roots: SmallVec<[u32; 8]> = SmallVec::new();

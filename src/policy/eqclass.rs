@@ -7,6 +7,15 @@ use slotmap::SecondaryMap;
 
 use crate::graph::StorageId;
 
+/// An evicted storage's place in the classes: its node and the cost it
+/// brought in. Packed to 12 bytes: the table keeps a slot for every storage.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
+struct Member {
+    node: u32,
+    cost: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct EqClasses {
     parent: Vec<u32>,
@@ -16,7 +25,7 @@ pub struct EqClasses {
     /// Summed cost; meaningful at roots.
     cost: Vec<u64>,
     /// Each evicted storage's node and the cost it brought in.
-    members: SecondaryMap<StorageId, (u32, u64)>,
+    members: SecondaryMap<StorageId, Member>,
     /// Bumped whenever compaction renames the nodes.
     generation: u64,
 }
@@ -24,7 +33,9 @@ pub struct EqClasses {
 impl EqClasses {
     /// The class root of an evicted storage.
     pub fn class_of(&self, storage: StorageId) -> Option<u32> {
-        self.members.get(storage).map(|&(node, _)| self.root(node))
+        self.members
+            .get(storage)
+            .map(|member| self.root(member.node))
     }
 
     pub fn class_cost(&self, root: u32) -> u64 {
@@ -35,7 +46,7 @@ impl EqClasses {
     /// [`EqClasses::generation`] stays the same ([`EqClasses::root`] of it
     /// follows the merges).
     pub fn node_of(&self, storage: StorageId) -> Option<u32> {
-        self.members.get(storage).map(|&(node, _)| node)
+        self.members.get(storage).map(|member| member.node)
     }
 
     /// Changes whenever nodes are renamed, so that nodes remembered under
@@ -59,7 +70,7 @@ impl EqClasses {
         self.parent.push(node);
         self.size.push(1);
         self.cost.push(cost);
-        self.members.insert(storage, (node, cost));
+        self.members.insert(storage, Member { node, cost });
     }
 
     /// Merges the classes of two evicted storages (no-op if already one).
@@ -82,7 +93,7 @@ impl EqClasses {
 
     /// Takes a storage out of its class (rematerialised or freed).
     pub fn remove(&mut self, storage: StorageId) {
-        if let Some((node, cost)) = self.members.remove(storage) {
+        if let Some(Member { node, cost }) = self.members.remove(storage) {
             let root = self.root(node) as usize;
             self.cost[root] = self.cost[root].saturating_sub(cost);
         }
@@ -100,7 +111,7 @@ impl EqClasses {
         let roots: Vec<(StorageId, u32)> = self
             .members
             .iter()
-            .map(|(s, &(node, _))| (s, self.root(node)))
+            .map(|(s, member)| (s, self.root(member.node)))
             .collect();
         for (storage, root) in roots {
             if renamed[root as usize] == u32::MAX {
@@ -111,7 +122,7 @@ impl EqClasses {
             }
             let node = renamed[root as usize];
             size[node as usize] += 1;
-            self.members[storage].0 = node;
+            self.members[storage].node = node;
         }
         (self.parent, self.size, self.cost) = (parent, size, cost);
         self.generation += 1;
@@ -122,6 +133,12 @@ impl EqClasses {
 mod tests {
     use super::*;
     use slotmap::SlotMap;
+
+    /// Every storage has a slot in `members` (issue 17's memory target).
+    #[test]
+    fn a_member_stays_small() {
+        assert_eq!(std::mem::size_of::<Member>(), 12);
+    }
 
     #[test]
     fn merge_sums_and_remove_subtracts_without_splitting() {

@@ -87,15 +87,15 @@ impl RegionWalker {
                 };
                 match direction {
                     Direction::Ancestors => {
-                        if let Some((node, _)) = info.producer {
-                            for &input in &graph.nodes[node].inputs {
+                        if let Some(node) = info.producer {
+                            for &input in graph.nodes[node].inputs() {
                                 step(graph.tensors[input].storage);
                             }
                         }
                     }
                     Direction::Descendants => {
                         for node in info.consumers.iter(&graph.nodes) {
-                            for &output in graph.nodes[node].outputs.iter().flatten() {
+                            for output in graph.nodes[node].live_outputs() {
                                 step(graph.tensors[output].storage);
                             }
                         }

@@ -65,7 +65,7 @@ impl<W: Write + Send> Observer for TraceRecorder<W> {
                 outputs,
             } => {
                 let node = &graph.nodes[node];
-                self.apply(&node.op, inputs, outputs, &node.signature);
+                self.apply(node.op(), inputs, outputs, node.signature());
             }
             RunEvent::Instruction {
                 instruction,
