@@ -280,8 +280,10 @@ impl Graph {
             return held;
         }
         let AppliedOp { op, mut signature } = applied;
+        // Sharing the outputs does not change what the applied op equals.
         signature.outputs = self.interned_outputs.intern(signature.outputs);
-        self.interned_applied.hold(AppliedOp { op, signature })
+        self.interned_applied
+            .insert(Arc::new(AppliedOp { op, signature }))
     }
 
     /// `clock − last_access`.

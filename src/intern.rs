@@ -63,8 +63,9 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
         self.insert(Arc::new(value))
     }
 
-    /// Holds `made`, a value not held yet.
-    fn insert(&mut self, made: Arc<T>) -> Arc<T> {
+    /// Holds `made`, a value not held yet (one [`Interner::find`] did not
+    /// find: looking again would only cost a second probe).
+    pub fn insert(&mut self, made: Arc<T>) -> Arc<T> {
         if self.held.len() >= self.sweep_at.max(1024) {
             self.held.retain(|v| Arc::strong_count(v) > 1);
             self.sweep_at = 2 * self.held.len();
