@@ -22,7 +22,7 @@ new_key_type! {
 
 /// An op and its checked signature: what every application of the op to
 /// inputs of the same layouts shares. The graph holds each distinct one
-/// once (see [`Graph::applied`]): a replay's million `layer` nodes point at
+/// once (see `Graph::applied`): a replay's million `layer` nodes point at
 /// one copy, which keeps a node to its inputs and outputs.
 #[derive(Debug, PartialEq)]
 pub struct AppliedOp {

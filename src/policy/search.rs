@@ -85,7 +85,7 @@ impl CandidateSearch {
     /// replacement, skipping those under 1% of the average size (the first
     /// of those is scored only when nothing else was drawn), at most 4·⌈√N⌉
     /// draws in all, and scored in the order drawn. Entries are read
-    /// [`BATCH`] at a time; the generator is left as if drawn one at a
+    /// `BATCH` at a time; the generator is left as if drawn one at a
     /// time, up to the draw that ended the search.
     pub fn lowest(
         &mut self,
@@ -286,7 +286,7 @@ impl CandidateSearch {
     /// [`CandidateSearch::lowest_ordered`] while it visits a small share of
     /// the candidates, [`CandidateSearch::lowest`] while it would visit
     /// most of them (a plain scan reads them faster, in pool order), trying
-    /// the order again every [`RETRY`] searches: both choose the same, so
+    /// the order again every `RETRY` searches: both choose the same, so
     /// which runs changes only the time taken.
     pub fn lowest_exact(
         &mut self,

@@ -11,7 +11,7 @@
 //! in the order its name first appeared.
 //!
 //! Lines are deserialized straight into `Instruction`s that borrow their
-//! names from the text, on two threads (see [`super::lines`]), and imported
+//! names from the text, on two threads (see `trace::lines`), and imported
 //! in order on this one. A line the typed reader refuses (bad JSON, not an
 //! object, a repeated key, an object where a field's value should be) is
 //! read again as a `serde_json::Value`, which gives today's message or, for
