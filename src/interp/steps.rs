@@ -222,12 +222,12 @@ impl<B: Backend> Interpreter<B> {
         steps.fingerprint = state.hash_one((info.op().name(), info.signature().output_bytes()));
     }
 
-    /// A request for `sizes` (`bytes` in all) as the step plan says: when the plan's next
-    /// evicting request is this one, evicts its victims (those still
-    /// evictable) and takes the room. A different request ends following
-    /// for this step; room still short is repaired: the policy makes the
-    /// rest of the room, from the state the plan's evictions left, and the
-    /// step goes on following.
+    /// A request for `sizes` (`bytes` in all) as the step plan says: when
+    /// the plan's next evicting request is this one, evicts its victims
+    /// (those still evictable) and takes the room. Other ops than the
+    /// plan's end following for this step; room still short is repaired:
+    /// the policy makes the rest of the room, from the state the plan's
+    /// evictions left, and the step goes on following.
     pub(super) fn reserve_by_step_plan(&mut self, sizes: &[u64], bytes: u64) -> Planned {
         let Some(steps) = &mut self.steps else {
             return Planned::No;
@@ -260,11 +260,11 @@ impl<B: Backend> Interpreter<B> {
                 }
             }
         }
-        if out_of_memory {
-            return Planned::OutOfMemory;
-        }
         match self.table.reserve(sizes) {
             Some(blocks) => Planned::Room(blocks),
+            // As the recorded step did; one that meets more room than it
+            // did gets the room instead.
+            None if out_of_memory => Planned::OutOfMemory,
             None => self.repair_step_plan("the planned victims did not make room"),
         }
     }
