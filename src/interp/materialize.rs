@@ -338,6 +338,9 @@ impl<B: Backend> Interpreter<B> {
         };
         self.observers.notify(&event, &self.graph);
         self.write_back();
+        if !rematerializing {
+            self.resume_prefetch();
+        }
         self.prefetch();
         Ok(())
     }

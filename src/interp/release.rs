@@ -31,6 +31,7 @@ impl<B: Backend> Interpreter<B> {
         } else if self.config.eager_eviction {
             self.evict_if_unreferenced(storage);
         }
+        self.resume_prefetch();
         self.prefetch();
         Ok(())
     }

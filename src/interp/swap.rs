@@ -23,7 +23,10 @@
 //!   back ahead of need; only an op that reads it before the copy ends
 //!   waits, for the rest. A prefetch not read yet is the first victim
 //!   when room is needed, so prefetches use only memory nothing else
-//!   needs.
+//!   needs; once one has given its room back, prefetch waits until the
+//!   user's op has run (the rematerialisation under way needs the
+//!   memory: without the pause a small prefetch went back and forth
+//!   before each op of a deep rematerialisation).
 //!
 //! Stalls advance the clock and count in the overhead and the thrash limit.
 //! Tensors never change in place, so a host copy stays valid while its
@@ -59,6 +62,10 @@ pub(super) struct CopyQueue {
     /// Prefetched storages no op has read yet, with when their transfer
     /// ends.
     unread: SecondaryMap<StorageId, u64>,
+    /// Set when an unread prefetch gave its room back to an allocation:
+    /// memory is short for what is running, so prefetch waits until the
+    /// user's op has run or a tensor is released.
+    paused: bool,
 }
 
 impl CopyQueue {
@@ -264,6 +271,9 @@ impl<B: Backend> Interpreter<B> {
         let Some(budget) = self.table.counter().budget_bytes() else {
             return;
         };
+        if self.copies.paused {
+            return;
+        }
         while self.copies.to_device_until <= self.graph.clock {
             let Some((&born, &storage)) = self.copies.swapped_out.last_key_value() else {
                 break;
@@ -314,6 +324,13 @@ impl<B: Backend> Interpreter<B> {
             };
             self.observers.notify(&event, &self.graph);
         }
+    }
+
+    /// Lets prefetch start again after an unread prefetch gave its room
+    /// back: called once the user's op has run, and when a tensor is
+    /// released.
+    pub(super) fn resume_prefetch(&mut self) {
+        self.copies.paused = false;
     }
 
     /// Gives the to-device queue to a copy needed now: prefetches still
@@ -370,6 +387,7 @@ impl<B: Backend> Interpreter<B> {
     /// and staleness as in h_DTR.
     pub(super) fn choose_victims(&mut self, request: u64) -> crate::policy::Victims {
         if let Some(storage) = self.unread_prefetch() {
+            self.copies.paused = true;
             return crate::policy::Victims {
                 storages: smallvec::smallvec![storage],
                 score: None,
