@@ -493,15 +493,19 @@ mod ordered_tests {
             let mut truth: SecondaryMap<StorageId, Truth> = SecondaryMap::new();
             let mut pool = CandidatePool::new();
             let mut clock = rng.gen_range(1..spread.max(2) * 20);
-            // Half the pools keep their order from the start, half from the middle.
+            // Half the pools keep their order from the start, half from the
+            // middle; some only while they hold `from` candidates or more
+            // (half as many once built), building and dropping it as they
+            // grow and shrink.
             let early = rng.gen_ratio(1, 2);
+            let from = [0, 0, n / 4, n / 2][rng.gen_range(0..4)];
             if early {
-                pool.keep_order(Some(order), 0);
+                pool.keep_order(Some(order), from);
             }
             let ids: Vec<StorageId> = (0..n).map(|_| keys.insert(())).collect();
             for step in 0..3 * n {
                 if step == n && !early {
-                    pool.keep_order(Some(order), 0);
+                    pool.keep_order(Some(order), from);
                 }
                 let id = ids[rng.gen_range(0..n)];
                 match rng.gen_range(0..6) {
