@@ -256,13 +256,17 @@ class _HostReads:
             # `_typed_storage` and copies it at once; nothing is handed out.
             if getattr(local, "depth", 0):
                 return original(self, *args, **kwargs)
-            for session in reversed(sessions):
-                session._host_access(self, keep)
-            local.depth = 1
+            reading = []  # (session, the slot it pinned for this read)
             try:
+                for session in reversed(sessions):
+                    reading.append((session, session._host_access(self, keep)))
+                local.depth = 1
                 return original(self, *args, **kwargs)
             finally:
                 local.depth = 0
+                for session, slot in reading:
+                    if slot is not None:
+                        session._host_read_done(slot)
 
         method.__name__ = getattr(original, "__name__", "method")
         method.__doc__ = getattr(original, "__doc__", None)
@@ -505,28 +509,38 @@ class Session:
             if dependent is not None:
                 self._made_constant(dependent)
 
-    def _host_access(self, tensor: _Tensor, keep: bool) -> None:
+    def _host_access(self, tensor: _Tensor, keep: bool) -> Optional["_Slot"]:
         """The host reads `tensor`'s memory (`keep`: and holds on to it).
-        Tensors this session does not manage, and reads from other threads
-        (the session's dispatch mode is this thread's alone), are left be."""
+        A read pins the storage until `_host_read_done`: the read itself may
+        run ops (`copy.deepcopy` allocates its copy), which must not evict
+        what it reads. Returns the slot so pinned. Tensors this session does
+        not manage, and reads from other threads (the session's dispatch
+        mode is this thread's alone), are left be."""
         if self._engine is None or self._busy or threading.get_ident() != self._thread:
-            return
+            return None
         if tensor.layout is not _STRIDED or tensor.device != self.device:
-            return
+            return None
         try:
             key = _storage_of(tensor)._cdata
         except (RuntimeError, NotImplementedError):  # no storage: the method says so itself
-            return
+            return None
         self._drain()
         slot = self._slots.get(key)
         if slot is None:
-            return
+            return None
         with self._outside_dispatch(slot):
             if keep and not slot.constant:
                 self._detach(slot, "", "handing a tensor's memory to the host")
-            elif not slot.resident:
-                self._engine_call(self._engine.ensure_resident, "",
-                                  "reading a tensor on the host", slot.handle)
+                return None
+            if slot.constant:
+                return None  # never evicted
+            self._engine_call(self._engine.pin, "", "reading a tensor on the host", slot.handle)
+            return slot
+
+    def _host_read_done(self, slot: "_Slot") -> None:
+        """The host read that `_host_access` pinned `slot` for is over."""
+        if self._engine is not None and self._slots.get(slot.key) is slot:
+            self._engine.unpin(slot.handle)
 
     @staticmethod
     def _outside_dispatch(slot: _Slot):
