@@ -51,18 +51,6 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
         self.held.get(value).cloned()
     }
 
-    /// The held copy equal to `value`, or `value` itself, now held (see
-    /// [`Interner::get`]).
-    pub fn hold(&mut self, value: T) -> Arc<T>
-    where
-        T: Sized,
-    {
-        if let Some(held) = self.held.get(&value) {
-            return held.clone();
-        }
-        self.insert(Arc::new(value))
-    }
-
     /// Holds `made`, a value not held yet (one [`Interner::find`] did not
     /// find: looking again would only cost a second probe).
     pub fn insert(&mut self, made: Arc<T>) -> Arc<T> {

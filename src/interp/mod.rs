@@ -674,9 +674,7 @@ impl<B: Backend> Interpreter<B> {
             let storage = &mut self.graph.storages[info.storage];
             storage.tensors.retain(|t| *t != tensor);
             if storage.tensors.is_empty() {
-                self.graph.storages.remove(info.storage);
-                self.table.remove(info.storage, &mut self.backend);
-                self.copies.forget(info.storage);
+                self.forget_storage(info.storage);
             } else {
                 self.refresh_storage_cost(info.storage);
             }

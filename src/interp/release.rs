@@ -143,6 +143,13 @@ impl<B: Backend> Interpreter<B> {
             return;
         }
         self.heuristic.on_free(storage, &self.graph);
+        self.forget_storage(storage);
+    }
+
+    /// Drops a storage with no tensors left from everything that tracks
+    /// it: the graph, the storage table (its bytes and any host copy) and
+    /// the copy queue.
+    pub(super) fn forget_storage(&mut self, storage: StorageId) {
         self.graph
             .storages
             .remove(storage)
