@@ -120,11 +120,18 @@ fn prefetch_scenario<B: Backend>(dtr: &mut Interpreter<B>, x: TensorId) -> (Tens
     (a, f)
 }
 
-#[test]
-fn a_prefetch_overlaps_compute_and_stalls_only_for_the_rest() {
+/// The simulator under `swap` with room for four storages, copies at
+/// 1 GB/s (a storage in 4096 cost units), and a put to start from.
+fn swapping_simulator() -> (Interpreter<SimulatorBackend>, TensorId) {
     let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
     let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
     let x = dtr.put_opaque(BYTES).unwrap();
+    (dtr, x)
+}
+
+#[test]
+fn a_prefetch_overlaps_compute_and_stalls_only_for_the_rest() {
+    let (mut dtr, x) = swapping_simulator();
     prefetch_scenario(&mut dtr, x);
 }
 
@@ -152,9 +159,7 @@ fn prefetched_values_are_bitwise_those_of_the_unbounded_run() {
 
 #[test]
 fn an_unread_prefetch_gives_its_room_back_first() {
-    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
-    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
-    let x = dtr.put_opaque(BYTES).unwrap();
+    let (mut dtr, x) = swapping_simulator();
     let a = exp(&mut dtr, x, 5000);
     let b = exp(&mut dtr, a, 5000);
     let c = exp(&mut dtr, b, 5000);
@@ -185,9 +190,7 @@ fn an_unread_prefetch_gives_its_room_back_first() {
 
 #[test]
 fn a_copy_needed_now_takes_the_queue_from_a_prefetch() {
-    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
-    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
-    let x = dtr.put_opaque(BYTES).unwrap();
+    let (mut dtr, x) = swapping_simulator();
     let a = exp(&mut dtr, x, 5000);
     let b = exp(&mut dtr, a, 5000);
     let c = exp(&mut dtr, b, 5000);
