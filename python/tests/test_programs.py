@@ -223,7 +223,9 @@ def test_autograd_grad_and_double_backward():
         fill = pressure(gx.detach(), 4)[-1].sum()
         return gx.detach(), second, fill
 
-    check(program, limit=8 * MiB)
+    # At 8 MiB the step recomputed 0–2 tensors, depending on measured costs
+    # (0 now and then); at 6 MiB it recomputes 15–100.
+    check(program, limit=6 * MiB)
 
 
 def test_hooks():
