@@ -841,3 +841,39 @@ fn an_out_of_memory_replay_suggests_a_budget_that_completes() {
         "{stdout}"
     );
 }
+
+/// A regular file is mapped, a pipe read: both give the same replay.
+#[test]
+fn a_trace_read_from_a_pipe_replays_as_from_its_file() {
+    let args = ["--ratio", "0.6", "--json"];
+    let (ok, from_file, stderr) = dtr(&[&["replay", "traces/mlp-small.jsonl"][..], &args].concat());
+    assert!(ok, "{stderr}");
+    let trace = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/traces/mlp-small.jsonl"
+    ))
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dtr"))
+        .args([&["replay", "/dev/stdin"][..], &args].concat())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &trace));
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(output.status.success());
+    assert!(from_file.contains(r#""status":"ok""#), "{from_file}");
+    // Alike but for the trace's name and the wall time.
+    let report = |text: &str| {
+        let mut value: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let object = value.as_object_mut().unwrap();
+        object.retain(|key, _| key != "trace" && !key.contains("wall"));
+        value
+    };
+    assert_eq!(
+        report(&String::from_utf8_lossy(&output.stdout)),
+        report(&from_file)
+    );
+}
