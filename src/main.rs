@@ -80,6 +80,14 @@ interruption, the same command with --resume runs only what is missing.")]
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so a reader that stops early (`dtr replay ... |
+    // head`) made every later print panic with a backtrace. The default ends
+    // the process quietly, as for any other command in a pipeline.
+    #[cfg(unix)]
+    // SAFETY: called first thing in `main`, before any other thread runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)

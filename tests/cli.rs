@@ -877,3 +877,21 @@ fn a_trace_read_from_a_pipe_replays_as_from_its_file() {
         report(&from_file)
     );
 }
+
+/// Output into a pipe whose reader is gone (`dtr heuristics | head -0`)
+/// ends the process by SIGPIPE, quietly, as other commands do: no panic.
+#[cfg(unix)]
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_dtr"))
+        .arg("heuristics")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.signal(), Some(13), "{stderr}");
+}
