@@ -8,7 +8,7 @@ use slotmap::{new_key_type, Key, SlotMap};
 use smallvec::SmallVec;
 
 use crate::intern::Interner;
-use crate::ops::{Op, OutputsInterner, Signature};
+use crate::ops::{Op, Outputs, OutputsInterner, RecordedOp, RecordedOutput, Signature};
 use crate::shape::Layout;
 
 new_key_type! {
@@ -254,6 +254,17 @@ pub struct Graph {
     interned_applied: Interner<AppliedOp>,
     /// The distinct layouts of the tensors, shared among them.
     interned_layouts: Interner<Layout>,
+    /// The interned outputs of recorded ops that view no input, by their
+    /// recorded list: a replay's thousands of ops have a few distinct lists.
+    recorded_outputs: RecordedOutputs,
+}
+
+/// See [`Graph::recorded_signature`].
+#[derive(Debug, Default)]
+struct RecordedOutputs {
+    built: std::collections::HashMap<Arc<[RecordedOutput]>, Outputs, foldhash::fast::RandomState>,
+    /// Drop the lists only this table holds when it reaches this size.
+    sweep_at: usize,
 }
 
 impl Graph {
@@ -269,6 +280,41 @@ impl Graph {
     pub(crate) fn layout(&mut self, layout: &Layout) -> Arc<Layout> {
         self.interned_layouts
             .get(layout, || Arc::new(layout.clone()))
+    }
+
+    /// `recorded`'s signature when none of its outputs views an input (it
+    /// then depends on nothing else), its outputs built and interned once
+    /// per distinct recorded list instead of once per op; `None` for an op
+    /// with views, whose outputs take their inputs' layouts.
+    pub(crate) fn recorded_signature(&mut self, recorded: &RecordedOp) -> Option<Signature> {
+        if recorded
+            .outputs
+            .iter()
+            .any(|output| output.alias_of.is_some())
+        {
+            return None;
+        }
+        let table = &mut self.recorded_outputs;
+        let outputs = match table.built.get(&*recorded.outputs) {
+            Some(outputs) => outputs.clone(),
+            None => {
+                if table.built.len() >= table.sweep_at.max(1024) {
+                    table.built.retain(|list, _| Arc::strong_count(list) > 1);
+                    table.sweep_at = 2 * table.built.len();
+                }
+                let built = crate::ops::recorded_outputs(recorded, &[])
+                    .expect("an output that views no input always checks");
+                let outputs = self.interned_outputs.intern(built);
+                table
+                    .built
+                    .insert(recorded.outputs.clone(), outputs.clone());
+                outputs
+            }
+        };
+        Some(Signature {
+            outputs,
+            cost: recorded.cost,
+        })
     }
 
     /// The shared copy of `op` with `signature`, for a new node. A new

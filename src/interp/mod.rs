@@ -283,12 +283,23 @@ impl<B: Backend> Interpreter<B> {
         inputs: &[TensorId],
         cost: Option<u64>,
     ) -> Result<SmallVec<[TensorId; 2]>> {
-        let mut signature = {
-            let mut layouts: SmallVec<[&Layout; 4]> = SmallVec::new();
-            for &t in inputs {
-                layouts.push(&self.live_tensor(t)?.layout);
+        for &t in inputs {
+            self.live_tensor(t)?;
+        }
+        // A replay's ops: the graph keeps the signatures of most.
+        let known = match &op {
+            Op::Recorded(recorded) => self.graph.recorded_signature(recorded),
+            _ => None,
+        };
+        let mut signature = match known {
+            Some(signature) => signature,
+            None => {
+                let layouts: SmallVec<[&Layout; 4]> = inputs
+                    .iter()
+                    .map(|&t| &*self.graph.tensors[t].layout)
+                    .collect();
+                op.signature(&layouts)?
             }
-            op.signature(&layouts)?
         };
         if let Some(cost) = cost {
             signature.cost = cost;

@@ -9,6 +9,7 @@
 
 mod signature;
 
+pub(crate) use signature::recorded_outputs;
 pub use signature::{OutputSpec, Outputs, OutputsInterner, Signature, ELEMENT_BYTES};
 
 use std::sync::Arc;

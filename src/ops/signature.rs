@@ -543,6 +543,17 @@ fn pool_signature(op: &Op, inputs: &[&Layout]) -> Inferred {
 /// A recorded op's outputs: views of the inputs it names, or data-free
 /// storages whose layouts only describe their bytes.
 fn recorded_signature(recorded: &super::RecordedOp, inputs: &[&Layout]) -> Inferred {
+    Ok(Signature {
+        outputs: recorded_outputs(recorded, inputs)?,
+        cost: recorded.cost,
+    })
+}
+
+/// [`recorded_signature`]'s outputs.
+pub(crate) fn recorded_outputs(
+    recorded: &super::RecordedOp,
+    inputs: &[&Layout],
+) -> std::result::Result<Outputs, String> {
     let mut outputs = SmallVec::new();
     for (k, output) in recorded.outputs.iter().enumerate() {
         outputs.push(match output.alias_of {
@@ -560,10 +571,7 @@ fn recorded_signature(recorded: &super::RecordedOp, inputs: &[&Layout]) -> Infer
             },
         });
     }
-    Ok(Signature {
-        outputs: outputs.into(),
-        cost: recorded.cost,
-    })
+    Ok(Outputs::from(outputs))
 }
 
 fn matmul_signature(a: &[usize], b: &[usize]) -> Inferred {
