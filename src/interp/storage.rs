@@ -534,6 +534,7 @@ impl<B: Backend> StorageTable<B> {
                 }
             }
         }
+        self.pool.check_summaries()?;
         if constant_bytes != self.constant_bytes || constant_bytes > self.constant_peak_bytes {
             return Err(format!(
                 "{constant_bytes} B of constants resident, {} B counted (peak {} B)",

@@ -420,9 +420,9 @@ impl<B: Backend> Interpreter<B> {
                 f64::INFINITY
             }
         };
-        let found = self
-            .search
-            .lowest(pool, |candidate, _| Some(swap_density(candidate.storage)));
+        let found = self.search.lowest(pool, None, |candidate, _| {
+            Some(swap_density(candidate.storage))
+        });
         crate::policy::Victims {
             storages: found.iter().map(|&(storage, _)| storage).collect(),
             score: found.map(|(_, score)| score),

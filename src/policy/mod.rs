@@ -18,7 +18,7 @@ mod region;
 mod search;
 mod size;
 
-pub use pool::{Candidate, CandidatePool, PoolOrder};
+pub use pool::{Candidate, CandidatePool, PoolOrder, Summary};
 pub use search::{CandidateSearch, Sampling};
 
 use slotmap::SecondaryMap;
@@ -119,10 +119,12 @@ pub trait Heuristic: Send {
             }
             Some(self.score(candidate.storage, view))
         };
-        let found = if ordered {
+        let found = if ordered && search.sampling() == Sampling::All {
             search.lowest_exact(pool, clock, score)
         } else {
-            search.lowest(pool, score)
+            // √N draws read the pool's summaries, and its entries only where
+            // the bound could beat the best so far.
+            search.lowest(pool, bounded.then_some(clock), score)
         };
         match found {
             Some((storage, score)) => Victims {

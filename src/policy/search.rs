@@ -63,6 +63,11 @@ pub struct CandidateSearch {
 }
 
 impl CandidateSearch {
+    /// Which candidates it scores.
+    pub fn sampling(&self) -> Sampling {
+        self.sampling
+    }
+
     /// A search scoring as `sampling` says, its draws seeded by `seed`.
     pub fn new(sampling: Sampling, seed: u64) -> CandidateSearch {
         CandidateSearch {
@@ -81,31 +86,39 @@ impl CandidateSearch {
     /// chosen); the candidates drawn, and so the choice, are the same
     /// either way.
     ///
+    /// `density_floor` is `Some(clock)` when every score is at least the
+    /// candidate's [`Candidate::cost_density_bound`] at `clock`: a √N draw
+    /// whose [`Summary`](super::Summary) bound is already above the best score is then
+    /// passed over without reading its entry or scoring it, as `score`
+    /// would have answered `None` for it.
+    ///
     /// With √N sampling, ⌈√N⌉ candidates are drawn uniformly with
     /// replacement, skipping those under 1% of the average size (the first
     /// of those is scored only when nothing else was drawn), at most 4·⌈√N⌉
-    /// draws in all, and scored in the order drawn. Entries are read
+    /// draws in all, and scored in the order drawn. Summaries are read
     /// `BATCH` at a time; the generator is left as if drawn one at a
     /// time, up to the draw that ended the search.
     pub fn lowest(
         &mut self,
         pool: &CandidatePool,
+        density_floor: Option<u64>,
         mut score: impl FnMut(&Candidate, Option<f64>) -> Option<f64>,
     ) -> Option<(StorageId, f64)> {
         let mut best: Option<(f64, StorageId)> = None;
-        let mut consider = |candidate: &Candidate| {
+        // Scores `candidate`, keeping the best; whether the search ends.
+        let mut consider = |best: &mut Option<(f64, StorageId)>, candidate: &Candidate| {
             let Some(s) = score(candidate, best.map(|(b, _)| b)) else {
                 return false;
             };
             if best.is_none_or(|(b, _)| s <= b) {
-                best = Some((s, candidate.storage));
+                *best = Some((s, candidate.storage));
             }
             s <= 0.0
         };
         match self.sampling {
             Sampling::All => {
                 for candidate in pool.iter() {
-                    if consider(candidate) {
+                    if consider(&mut best, candidate) {
                         break;
                     }
                 }
@@ -117,33 +130,41 @@ impl CandidateSearch {
                 }
                 let wanted = (n as f64).sqrt().ceil() as usize;
                 let threshold = pool.bytes() / n as u64 / 100;
-                let entries = pool.entries();
+                let (entries, summaries) = (pool.entries(), pool.summaries());
+                let entry = |slot: usize| entries[slot].as_ref().expect("a member's entry");
                 let mut fallback = None;
                 let (mut members, mut sampled) = (0, 0);
                 let mut batch = [0usize; BATCH];
                 'drawing: loop {
                     let before = self.rng.clone();
                     for slot in &mut batch {
-                        *slot = self.rng.gen_range(0..entries.len());
-                        prefetch(&entries[*slot]);
+                        *slot = self.rng.gen_range(0..summaries.len());
+                        prefetch(&summaries[*slot]);
                     }
                     for (drawn, &slot) in batch.iter().enumerate() {
-                        let Some(candidate) = &entries[slot] else {
+                        let summary = &summaries[slot];
+                        if summary.is_hole() {
                             continue;
-                        };
+                        }
                         members += 1;
-                        let stop = if candidate.held < threshold {
-                            fallback.get_or_insert(*candidate);
+                        let small = summary
+                            .held_below(threshold)
+                            .unwrap_or_else(|| entry(slot).held < threshold);
+                        let stop = if small {
+                            fallback.get_or_insert(*entry(slot));
                             false
                         } else {
                             sampled += 1;
-                            consider(candidate)
+                            let above = |clock| {
+                                best.is_some_and(|(b, _)| summary.cost_density_bound(clock) > b)
+                            };
+                            !density_floor.is_some_and(above) && consider(&mut best, entry(slot))
                         };
                         if stop || sampled == wanted || members == 4 * wanted {
                             // Undo the draws after this one.
                             self.rng = before;
                             for _ in 0..=drawn {
-                                self.rng.gen_range(0..entries.len());
+                                self.rng.gen_range(0..summaries.len());
                             }
                             break 'drawing;
                         }
@@ -151,7 +172,7 @@ impl CandidateSearch {
                 }
                 if sampled == 0 {
                     if let Some(candidate) = fallback {
-                        consider(&candidate);
+                        consider(&mut best, &candidate);
                     }
                 }
             }
@@ -209,7 +230,7 @@ impl CandidateSearch {
     ) -> Option<(StorageId, f64)> {
         let order = match (self.sampling, pool.order()) {
             (Sampling::All, Some(order)) => order,
-            _ => return self.lowest(pool, score),
+            _ => return self.lowest(pool, None, score),
         };
         // The bound of a place. In the orders that `ends_bucket`, the places
         // after it in its bucket (accessed later) have bounds at least as
@@ -298,7 +319,7 @@ impl CandidateSearch {
         if self.ordered_share < ORDERED_UP_TO || self.searches % RETRY == 0 {
             self.lowest_ordered(pool, clock, score)
         } else {
-            self.lowest(pool, score)
+            self.lowest(pool, None, score)
         }
     }
 }
@@ -356,12 +377,14 @@ mod tests {
         best.map(|(s, storage)| (storage, s))
     }
 
-    /// Batched draws and skipped candidates change nothing: the same
-    /// victims, scores and generator state as one draw at a time, with
-    /// holes in the pool, small candidates, ties and zero scores.
+    /// Batched draws, skipped candidates and draws passed over by their
+    /// summary's bound change nothing: the same victims, scores and
+    /// generator state as one draw at a time, with holes in the pool, small
+    /// candidates, ties and zero scores.
     #[test]
     fn sqrt_search_chooses_as_one_draw_at_a_time() {
         let mut setup = StdRng::seed_from_u64(7);
+        let clock = 20;
         for n in [1usize, 2, 3, 10, 57, 400, 3000] {
             let mut keys: SlotMap<StorageId, ()> = SlotMap::with_key();
             let mut scores = SecondaryMap::new();
@@ -370,7 +393,8 @@ mod tests {
                 let id = keys.insert(());
                 // One in eight under 1% of the average; scores tie often.
                 let held = if setup.gen_ratio(1, 8) { 1 } else { 1000 };
-                pool.insert(id, held, &info(held, 1, 1));
+                let (cost, last_access) = (setup.gen_range(0..4), setup.gen_range(0..=clock));
+                pool.insert(id, held, &info(held, cost, last_access));
                 scores.insert(id, setup.gen_range(0..3 * n as u64) as f64);
             }
             let ids: Vec<StorageId> = keys.keys().collect();
@@ -383,12 +407,23 @@ mod tests {
                 pool.insert(ids[0], 1000, &info(1000, 1, 1));
             }
             for seed in 0..20 {
+                // Odd seeds score at least the cost density (scaled up so
+                // the bound prunes), and say so.
+                let floor = (seed % 2 == 1).then_some(clock);
+                let score = |c: &Candidate| {
+                    let density = c.cost_density_bound(clock);
+                    match floor {
+                        Some(_) if density.is_finite() => scores[c.storage] + 50.0 * density,
+                        Some(_) => f64::INFINITY,
+                        None => scores[c.storage],
+                    }
+                };
                 let mut search = CandidateSearch::new(Sampling::Sqrt, seed);
                 let mut reference = StdRng::seed_from_u64(seed);
                 for _ in 0..5 {
-                    let expected = one_at_a_time(&mut reference, &pool, |c| scores[c.storage]);
-                    let found = search.lowest(&pool, |c, best| {
-                        let score = scores[c.storage];
+                    let expected = one_at_a_time(&mut reference, &pool, score);
+                    let found = search.lowest(&pool, floor, |c, best| {
+                        let score = score(c);
                         // A true bound: half the score.
                         (!best.is_some_and(|best| score / 2.0 > best)).then_some(score)
                     });
@@ -530,8 +565,9 @@ mod ordered_tests {
             }
             clock += rng.gen_range(0..3);
             let mut search = CandidateSearch::new(Sampling::All, 0);
-            let expected =
-                search.lowest(&pool, |c, _| Some(score(order, &truth[c.storage], clock)));
+            let expected = search.lowest(&pool, None, |c, _| {
+                Some(score(order, &truth[c.storage], clock))
+            });
             let mut scored = 0;
             let found = search.lowest_ordered(&pool, clock, |c, _| {
                 scored += 1;
