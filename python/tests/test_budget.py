@@ -24,11 +24,14 @@ def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_s
         for batch in batches:
             loss = loss_fn(model, batch)
             loss.backward()
-            # Host copies, outside the budget: the harness must not crowd it.
-            grads.append([torch.from_numpy(p.grad.numpy().copy()) for p in model.parameters()])
+            # Host copies, kept as numpy arrays until the session ends: on
+            # CPU a torch tensor made from them (`torch.from_numpy`, which
+            # dispatches `lift_fresh`) would be adopted into the budget, and
+            # the harness would crowd it a little more each step.
+            grads.append([p.grad.numpy().copy() for p in model.parameters()])
             optimizer.step()
             optimizer.zero_grad()
-            losses.append(torch.from_numpy(loss.detach().numpy().copy()))
+            losses.append(loss.detach().numpy().copy())
             if mark_steps:
                 import gc; gc.collect()
                 session.mark_step()
@@ -44,6 +47,8 @@ def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_s
             session.check()
     after = torch.rand(4)  # where the global generator was left
     params = [p.detach().clone() for p in model.parameters()]
+    losses = [torch.from_numpy(loss) for loss in losses]
+    grads = [[torch.from_numpy(g) for g in step] for step in grads]
     return losses, grads, params, session, after
 
 
@@ -152,8 +157,34 @@ def test_marked_steps_train_bitwise_like_stock(name):
     assert stats["peak_bytes"] <= budget, stats
     assert stats["steps"] == len(batches), stats
     # The first marked step is recorded; every later one repeats its ops and
-    # follows its plan, repairing where the memory it meets differs.
+    # follows its plan. The memory each step starts from is the same, so
+    # the plans need no repair.
     assert stats["planned_steps"] == len(batches) - 2, stats
+    assert stats["plan_repairs"] == 0, stats
+
+
+def test_a_step_whose_memory_grows_repairs_its_plan_and_keeps_following():
+    """Tensors kept from every step (here host copies of the gradients, which
+    on CPU the budget adopts) leave less room each step than the plan had:
+    the steps repair the plan where it falls short and keep following it."""
+    model, make_optimizer, batches, loss_fn = MODELS["mlp"]()
+    batches = batches * 3
+    peak = train(model, make_optimizer, batches[:2], loss_fn, limit=None)[3].stats()["peak_bytes"]
+    budget = int(peak * 0.5)
+    optimizer = make_optimizer(model.parameters())
+    kept = []
+    with dtr_torch.budget(budget) as session:
+        for batch in batches:
+            loss_fn(model, batch).backward()
+            kept += [torch.from_numpy(p.grad.numpy().copy()) for p in model.parameters()]
+            optimizer.step()
+            optimizer.zero_grad()
+            session.mark_step()
+        session.check()
+    stats = session.stats()
+    assert stats["peak_bytes"] <= budget, stats
+    assert stats["planned_steps"] == len(batches) - 2, stats
+    assert stats["plan_repairs"] > 0, stats
 
 
 def test_a_repeating_step_follows_the_last_steps_plan():
