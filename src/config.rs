@@ -219,6 +219,17 @@ pub struct Config {
     /// and replays of their logs must reproduce their numbers. The `dtr`
     /// Python package turns it on.
     pub remat_memory_guard: bool,
+    /// Under eager eviction, keep a released storage resident (an ordinary
+    /// eviction candidate, scored by the heuristic) while an evicted tensor
+    /// that the user still holds needs it to be recomputed, directly or
+    /// through other evicted storages. Evicting it at once would lengthen
+    /// that tensor's rematerialisation by its whole evicted history, which
+    /// the heuristic priced when it chose the victim but cannot foresee:
+    /// the cascades that make a larger budget thrash where a smaller one
+    /// completes (issue 15). Off by default: the DTR authors' simulator
+    /// evicts every released tensor at once, and replays of their logs
+    /// must reproduce their numbers.
+    pub keep_needed_history: bool,
     /// How evicted storages come back: recomputed (DTR's drop), copied
     /// back from host memory, or whichever is cheaper.
     pub restore: RestoreMode,
@@ -241,6 +252,7 @@ impl Default for Config {
             seed: 0,
             lock_relaxation: true,
             remat_memory_guard: false,
+            keep_needed_history: false,
             restore: RestoreMode::Drop,
             swap: SwapConfig::default(),
         }
@@ -334,6 +346,12 @@ impl Config {
     /// See [`Config::remat_memory_guard`].
     pub fn with_remat_memory_guard(mut self, guard: bool) -> Config {
         self.remat_memory_guard = guard;
+        self
+    }
+
+    /// See [`Config::keep_needed_history`].
+    pub fn with_kept_needed_history(mut self, keep: bool) -> Config {
+        self.keep_needed_history = keep;
         self
     }
 

@@ -37,6 +37,11 @@ pub struct Args {
     /// of the unbounded run's.
     #[arg(long, default_value_t = 2.0)]
     thrash_limit: f64,
+    /// Keep a released tensor resident while an evicted tensor still held
+    /// needs it to be recomputed, instead of evicting it at once (see
+    /// `Config::keep_needed_history`; off: the DTR authors' convention).
+    #[arg(long)]
+    keep_needed_history: bool,
     /// Stop bisecting once the bracket is narrower than this.
     #[arg(long, default_value_t = 0.01)]
     precision: f64,
@@ -63,6 +68,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         swap,
         seed,
         thrash_limit,
+        keep_needed_history,
         precision,
         jobs,
         plans,
@@ -80,6 +86,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 thrash_limit,
                 restore,
                 swap,
+                keep_needed_history,
                 ..RunSpec::default()
             })
         })

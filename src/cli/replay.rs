@@ -64,6 +64,11 @@ pub struct Args {
     restore: RestoreMode,
     #[command(flatten)]
     swap: SwapArgs,
+    /// Keep a released tensor resident while an evicted tensor still held
+    /// needs it to be recomputed, instead of evicting it at once (see
+    /// `Config::keep_needed_history`; off: the DTR authors' convention).
+    #[arg(long)]
+    keep_needed_history: bool,
     /// Follow a plan made by `dtr plan` instead of a heuristic: no policy,
     /// every allocation at its planned offset, checked.
     #[arg(long, conflicts_with_all = ["ratio", "budget", "timeline", "timeline_out"])]
@@ -157,6 +162,7 @@ fn run_spec(args: &Args) -> dtr::Result<RunSpec> {
         thrash_limit: args.thrash_limit,
         restore: args.restore,
         swap: args.swap.config(),
+        keep_needed_history: args.keep_needed_history,
     };
     spec.validate()?;
     if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {

@@ -49,6 +49,11 @@ pub struct SweepArgs {
     seeds: u64,
     #[arg(long, default_value_t = 2.0)]
     thrash_limit: f64,
+    /// Keep a released tensor resident while an evicted tensor still held
+    /// needs it to be recomputed, instead of evicting it at once (see
+    /// `Config::keep_needed_history`; off: the DTR authors' convention).
+    #[arg(long)]
+    keep_needed_history: bool,
     /// Worker threads (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
@@ -76,6 +81,7 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         swap,
         seeds,
         thrash_limit,
+        keep_needed_history,
         jobs,
         shard,
         resume,
@@ -102,6 +108,7 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         seeds,
         ratios,
         thrash_limit,
+        keep_needed_history,
     };
     let shard = shard
         .as_deref()

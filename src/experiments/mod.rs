@@ -48,6 +48,8 @@ pub struct SweepSpec {
     pub ratios: Vec<f64>,
     /// Runs stop as thrashing past this multiple of the unbounded compute.
     pub thrash_limit: f64,
+    /// See [`crate::Config::keep_needed_history`].
+    pub keep_needed_history: bool,
 }
 
 /// One run of the grid: indices into the spec's lists.
@@ -307,6 +309,7 @@ impl SweepSpec {
             thrash_limit: self.thrash_limit,
             restore: self.restores[cell.restore],
             swap: self.swap,
+            keep_needed_history: self.keep_needed_history,
         }
     }
 

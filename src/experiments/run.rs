@@ -120,6 +120,9 @@ pub struct RunSpec {
     pub restore: RestoreMode,
     /// The copy queue, for restore modes that swap.
     pub swap: SwapConfig,
+    /// See [`Config::keep_needed_history`]: keep released history that an
+    /// evicted live tensor needs resident instead of evicting it at once.
+    pub keep_needed_history: bool,
 }
 
 impl Default for RunSpec {
@@ -134,6 +137,7 @@ impl Default for RunSpec {
             thrash_limit: 2.0,
             restore: RestoreMode::Drop,
             swap: SwapConfig::default(),
+            keep_needed_history: false,
         }
     }
 }
@@ -209,6 +213,7 @@ impl RunSpec {
             .with_seed(self.seed)
             .with_restore(self.restore)
             .with_swap(self.swap)
+            .with_kept_needed_history(self.keep_needed_history)
             .with_events(record_events);
         let (budget_bytes, interpreter, report) = match &self.policy {
             Policy::StaticSqrt => {

@@ -10,6 +10,9 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, StorageId, TensorId};
 
+/// The most evicted storages [`Interpreter::needed_by_evicted_live`] visits.
+const NEEDED_WALK: usize = 64;
+
 impl<B: Backend> Interpreter<B> {
     /// Drops one user handle to `tensor`.
     pub fn del(&mut self, tensor: TensorId) -> Result<()> {
@@ -28,12 +31,47 @@ impl<B: Backend> Interpreter<B> {
         let (unneeded, storage) = (info.consumers.is_empty(), info.storage);
         if unneeded && !self.config.retain_history {
             self.free(tensor);
-        } else if self.config.eager_eviction {
+        } else if self.config.eager_eviction
+            && !(self.config.keep_needed_history && self.needed_by_evicted_live(storage))
+        {
             self.evict_if_unreferenced(storage);
         }
         self.resume_prefetch();
         self.prefetch();
         Ok(())
+    }
+
+    /// Whether recomputing some evicted tensor that the user still holds
+    /// would read `storage`: a walk from its consumers' outputs through
+    /// evicted storages (at most [`NEEDED_WALK`] of them; past that, it
+    /// answers yes).
+    fn needed_by_evicted_live(&self, storage: StorageId) -> bool {
+        let graph = &self.graph;
+        let mut seen: Vec<StorageId> = vec![storage];
+        let mut stack: Vec<StorageId> = vec![storage];
+        while let Some(s) = stack.pop() {
+            for &t in &graph.storages[s].tensors {
+                for node in graph.tensors[t].consumers.iter(&graph.nodes) {
+                    for output in graph.nodes[node].live_outputs() {
+                        let info = &graph.tensors[output];
+                        if !graph.storages[info.storage].is_evicted()
+                            || seen.contains(&info.storage)
+                        {
+                            continue;
+                        }
+                        if info.user_refs > 0 {
+                            return true;
+                        }
+                        if seen.len() >= NEEDED_WALK {
+                            return true;
+                        }
+                        seen.push(info.storage);
+                        stack.push(info.storage);
+                    }
+                }
+            }
+        }
+        false
     }
 
     /// Eager eviction: evicts `storage` if no view of it has a handle left.

@@ -1,0 +1,65 @@
+//! Issue 15: more memory should not make a run fail. On the authors'
+//! ResNet-32 and LSTM logs (counter memory, `dtr`), a released tensor
+//! evicted at once lengthens the recomputation of an evicted tensor still
+//! held by its whole released history; the cascade thrashes (or runs out of
+//! memory under the locks it piles up) at budgets above ones that complete.
+//! [`dtr::Config::keep_needed_history`] keeps such history resident: every
+//! ratio from the first that completes up to 1.00 then completes.
+
+mod common;
+
+use dtr::experiments::{RunSpec, Workload};
+use dtr::trace::replay::ReplayStatus;
+use dtr::Budget;
+
+fn log(prefix: &str) -> Option<Workload> {
+    let logs = common::prototype_logs()?;
+    let path = logs
+        .iter()
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap();
+    Some(Workload::load(path, None).unwrap())
+}
+
+fn status(workload: &Workload, ratio: f64, keep: bool) -> ReplayStatus {
+    RunSpec {
+        budget: Budget::Ratio(ratio),
+        keep_needed_history: keep,
+        ..RunSpec::default()
+    }
+    .run(workload)
+    .unwrap()
+    .report
+    .status
+}
+
+/// Ratios `from`, `from + 0.01`, …, 1.00, as the issue's sweep writes them.
+fn ratios_from(from: u32) -> impl Iterator<Item = f64> {
+    (from..=100).map(|r| r as f64 / 100.0)
+}
+
+#[test]
+fn resnet32_thrashed_at_a_budget_above_one_that_completes() {
+    let Some(resnet) = log("resnet32") else {
+        return;
+    };
+    assert_eq!(status(&resnet, 0.16, false), ReplayStatus::Ok);
+    assert_eq!(status(&resnet, 0.17, false), ReplayStatus::Thrash);
+    assert_eq!(status(&resnet, 0.18, false), ReplayStatus::Ok);
+    for ratio in ratios_from(14) {
+        assert_eq!(status(&resnet, ratio, true), ReplayStatus::Ok, "{ratio}");
+    }
+}
+
+#[test]
+fn lstm_completes_at_every_ratio_from_its_first() {
+    let Some(lstm) = log("lstm") else {
+        return;
+    };
+    assert_eq!(status(&lstm, 0.20, false), ReplayStatus::Ok);
+    assert_eq!(status(&lstm, 0.21, false), ReplayStatus::OutOfMemory);
+    assert_eq!(status(&lstm, 0.22, false), ReplayStatus::Thrash);
+    for ratio in ratios_from(17) {
+        assert_eq!(status(&lstm, ratio, true), ReplayStatus::Ok, "{ratio}");
+    }
+}
