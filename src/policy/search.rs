@@ -30,9 +30,9 @@ impl std::fmt::Display for Sampling {
     }
 }
 
-/// Entries drawn at a time: their reads are issued together, so their
-/// cache misses overlap instead of following one another.
-const BATCH: usize = 32;
+/// Draws kept ahead of the one being scored, their summaries prefetched,
+/// so that this many cache misses overlap instead of following one another.
+const WINDOW: usize = 32;
 
 /// Starts bringing `value` into the cache, without waiting for it.
 #[inline(always)]
@@ -95,9 +95,9 @@ impl CandidateSearch {
     /// With √N sampling, ⌈√N⌉ candidates are drawn uniformly with
     /// replacement, skipping those under 1% of the average size (the first
     /// of those is scored only when nothing else was drawn), at most 4·⌈√N⌉
-    /// draws in all, and scored in the order drawn. Summaries are read
-    /// `BATCH` at a time; the generator is left as if drawn one at a
-    /// time, up to the draw that ended the search.
+    /// draws in all, and scored in the order drawn. Summaries are
+    /// prefetched `WINDOW` draws ahead; the generator is left as if drawn
+    /// one at a time, up to the draw that ended the search.
     pub fn lowest(
         &mut self,
         pool: &CandidatePool,
@@ -134,41 +134,53 @@ impl CandidateSearch {
                 let entry = |slot: usize| entries[slot].as_ref().expect("a member's entry");
                 let mut fallback = None;
                 let (mut members, mut sampled) = (0, 0);
-                let mut batch = [0usize; BATCH];
-                'drawing: loop {
-                    let before = self.rng.clone();
-                    for slot in &mut batch {
-                        *slot = self.rng.gen_range(0..summaries.len());
-                        prefetch(&summaries[*slot]);
+                // Draw i waits in `ring[i % WINDOW]`, its summary prefetched,
+                // until it is scored, while draw i + WINDOW takes its place:
+                // WINDOW reads stay in flight. `checkpoints[k % 2]` is the
+                // generator before draw k·WINDOW, to rewind it exactly.
+                let len = summaries.len();
+                let mut checkpoints = [self.rng.clone(), self.rng.clone()];
+                let mut ring = [0usize; WINDOW];
+                for slot in &mut ring {
+                    *slot = self.rng.gen_range(0..len);
+                    prefetch(&summaries[*slot]);
+                }
+                let mut drawn = 0;
+                loop {
+                    let at = drawn % WINDOW;
+                    let slot = ring[at];
+                    if at == 0 {
+                        checkpoints[(drawn / WINDOW + 1) % 2] = self.rng.clone();
                     }
-                    for (drawn, &slot) in batch.iter().enumerate() {
-                        let summary = &summaries[slot];
-                        if summary.is_hole() {
-                            continue;
-                        }
-                        members += 1;
-                        let small = summary
-                            .held_below(threshold)
-                            .unwrap_or_else(|| entry(slot).held < threshold);
-                        let stop = if small {
-                            fallback.get_or_insert(*entry(slot));
-                            false
-                        } else {
-                            sampled += 1;
-                            let above = |clock| {
-                                best.is_some_and(|(b, _)| summary.cost_density_bound(clock) > b)
-                            };
-                            !density_floor.is_some_and(above) && consider(&mut best, entry(slot))
+                    ring[at] = self.rng.gen_range(0..len);
+                    prefetch(&summaries[ring[at]]);
+                    drawn += 1;
+                    let summary = &summaries[slot];
+                    if summary.is_hole() {
+                        continue;
+                    }
+                    members += 1;
+                    let small = summary
+                        .held_below(threshold)
+                        .unwrap_or_else(|| entry(slot).held < threshold);
+                    let stop = if small {
+                        fallback.get_or_insert(*entry(slot));
+                        false
+                    } else {
+                        sampled += 1;
+                        let above = |clock| {
+                            best.is_some_and(|(b, _)| summary.cost_density_bound(clock) > b)
                         };
-                        if stop || sampled == wanted || members == 4 * wanted {
-                            // Undo the draws after this one.
-                            self.rng = before;
-                            for _ in 0..=drawn {
-                                self.rng.gen_range(0..summaries.len());
-                            }
-                            break 'drawing;
-                        }
+                        !density_floor.is_some_and(above) && consider(&mut best, entry(slot))
+                    };
+                    if stop || sampled == wanted || members == 4 * wanted {
+                        break;
                     }
+                }
+                // Undo the draws after the `drawn`th.
+                self.rng = checkpoints[(drawn / WINDOW) % 2].clone();
+                for _ in 0..drawn % WINDOW {
+                    self.rng.gen_range(0..len);
                 }
                 if sampled == 0 {
                     if let Some(candidate) = fallback {
@@ -377,7 +389,7 @@ mod tests {
         best.map(|(s, storage)| (storage, s))
     }
 
-    /// Batched draws, skipped candidates and draws passed over by their
+    /// Draws taken ahead, skipped candidates and draws passed over by their
     /// summary's bound change nothing: the same victims, scores and
     /// generator state as one draw at a time, with holes in the pool, small
     /// candidates, ties and zero scores.
