@@ -126,6 +126,7 @@ impl<B: Backend> Interpreter<B> {
         }
         let heuristic = policy.build(config.seed);
         let mut table = StorageTable::new(Memory::new(config.memory, budget_bytes));
+        table.keep_summaries(config.sampling == crate::policy::Sampling::Sqrt);
         // An exact search visits candidates in the heuristic's order, when
         // it has one (`swap` scores by its own cost, in pool order).
         if let (crate::policy::Sampling::All, Some(from)) = (config.sampling, config.ordered_search)

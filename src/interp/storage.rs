@@ -389,6 +389,12 @@ impl<B: Backend> StorageTable<B> {
         self.pool.remove(storage);
     }
 
+    /// Keeps the pool's summaries for √N draws, or not (see
+    /// [`CandidatePool::keep_summaries`]).
+    pub(super) fn keep_summaries(&mut self, keep: bool) {
+        self.pool.keep_summaries(keep);
+    }
+
     /// Keeps the candidate pool in `order` (see [`CandidatePool::keep_order`]).
     pub(super) fn keep_order(&mut self, order: Option<crate::policy::PoolOrder>, from: usize) {
         self.pool.keep_order(order, from);
