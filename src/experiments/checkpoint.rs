@@ -69,9 +69,8 @@ impl CheckpointPlan {
         for (index, event) in trace.events.iter().enumerate() {
             match event {
                 TraceEvent::Put { tensor, .. } => handles[*tensor as usize] = 1,
-                TraceEvent::Apply {
-                    inputs, outputs, ..
-                } => {
+                TraceEvent::Apply(apply) => {
+                    let (inputs, outputs) = (&apply.inputs, &apply.outputs);
                     if index <= peak_event {
                         for &input in inputs {
                             last_read[input as usize] = index;

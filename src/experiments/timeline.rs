@@ -135,12 +135,10 @@ impl ChromeTrace {
         let remat = stats.remat_compute.saturating_sub(self.remat_compute);
         let new_events = dtr.events().get(self.logged..).unwrap_or_default();
         let (name, category, args) = match event {
-            TraceEvent::Apply {
-                op, cost, module, ..
-            } => (
-                op.to_string(),
+            TraceEvent::Apply(apply) => (
+                apply.op.to_string(),
                 "op",
-                json!({"trace_line": line, "cost": cost, "module": module}),
+                json!({"trace_line": line, "cost": apply.cost, "module": apply.module}),
             ),
             other => (
                 match other {
@@ -275,7 +273,7 @@ pub struct Phase {
 /// Empty for a trace without such ops: nothing can be told apart.
 pub fn phases(trace: &crate::trace::Trace) -> Vec<Phase> {
     use crate::trace::TraceEvent;
-    let backward = |event: &TraceEvent| matches!(event, TraceEvent::Apply { op, .. } if op.to_ascii_lowercase().contains("backward"));
+    let backward = |event: &TraceEvent| matches!(event, TraceEvent::Apply(apply) if apply.op.to_ascii_lowercase().contains("backward"));
     let (Some(first), Some(last)) = (
         trace.events.iter().position(backward),
         trace.events.iter().rposition(backward),
@@ -320,9 +318,9 @@ pub fn peak_note(trace: &crate::trace::Trace, timeline: &Timeline) -> Option<Str
     use crate::trace::TraceEvent;
     let peak = timeline.samples.iter().max_by_key(|s| s.in_use_bytes)?;
     let what = match trace.events.get(peak.clock)? {
-        TraceEvent::Apply { op, module, .. } => match module {
-            Some(module) => format!("`{op}` in {module}"),
-            None => format!("`{op}`"),
+        TraceEvent::Apply(apply) => match &apply.module {
+            Some(module) => format!("`{}` in {module}", apply.op),
+            None => format!("`{}`", apply.op),
         },
         TraceEvent::Put { .. } => "a put".into(),
         _ => "an instruction".into(),

@@ -40,9 +40,29 @@ pub struct TraceOutput {
     pub dims: Option<Box<Dims>>,
 }
 
+/// An op application in a trace. `kernel` is present when dtr can execute
+/// the op on a data backend; the simulator needs only the sizes and `cost`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Apply {
+    /// The op's name as recorded, shared among the events of one op name
+    /// (by the trace builder).
+    pub op: Arc<str>,
+    /// The op as dtr runs it, if it has a kernel for it.
+    pub kernel: Option<Box<Op>>,
+    /// Its inputs, in order.
+    pub inputs: SmallVec<[TraceTensor; 4]>,
+    /// Its outputs, in order.
+    pub outputs: Vec<TraceOutput>,
+    /// Its recompute cost, in the trace's cost units.
+    pub cost: u64,
+    /// The model module that ran it, when the recorder knew (PyTorch's
+    /// module path, such as `ResNet.layer1.0.conv1`).
+    pub module: Option<Arc<str>>,
+}
+
 /// One instruction of a traced program.
-// Kept small (the kernel boxed, the outputs on the heap): a trace holds tens
-// of thousands of events, and most are not applies.
+// Kept small, 40 bytes (an apply and a put's shape and values boxed): a
+// trace holds up to millions of events, most of them one tensor's id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TraceEvent {
     /// A tensor from outside (a parameter, an input, a constant).
@@ -52,28 +72,12 @@ pub enum TraceEvent {
         /// Bytes of its storage.
         bytes: u64,
         /// Its shape, when the trace records it.
-        dims: Option<Dims>,
+        dims: Option<Box<Dims>>,
         /// Its values (row-major), when the trace records them.
-        data: Option<Vec<f32>>,
+        data: Option<Box<[f32]>>,
     },
-    /// An op application. `kernel` is present when dtr can execute the op
-    /// on a data backend; the simulator needs only the sizes and `cost`.
-    Apply {
-        /// The op's name as recorded, shared among the events of one op
-        /// name (by the trace builder).
-        op: Arc<str>,
-        /// The op as dtr runs it, if it has a kernel for it.
-        kernel: Option<Box<Op>>,
-        /// Its inputs, in order.
-        inputs: SmallVec<[TraceTensor; 4]>,
-        /// Its outputs, in order.
-        outputs: Vec<TraceOutput>,
-        /// Its recompute cost, in the trace's cost units.
-        cost: u64,
-        /// The model module that ran it, when the recorder knew (PyTorch's
-        /// module path, such as `ResNet.layer1.0.conv1`).
-        module: Option<Arc<str>>,
-    },
+    /// An op application.
+    Apply(Box<Apply>),
     /// One more reference to a tensor.
     Retain {
         /// The tensor.
@@ -562,9 +566,11 @@ impl TraceBuilder {
         let mut shapes = vec![None; self.trace.storage_bytes.len()];
         for event in &self.trace.events {
             match event {
-                TraceEvent::Put { tensor, dims, .. } => shapes[*tensor as usize] = dims.clone(),
-                TraceEvent::Apply { outputs, .. } => {
-                    for output in outputs {
+                TraceEvent::Put { tensor, dims, .. } => {
+                    shapes[*tensor as usize] = dims.as_deref().cloned()
+                }
+                TraceEvent::Apply(apply) => {
+                    for output in &apply.outputs {
                         shapes[output.tensor as usize] = output.dims.as_deref().cloned();
                     }
                 }
@@ -605,8 +611,8 @@ impl TraceBuilder {
             TraceEvent::Put {
                 tensor,
                 bytes,
-                dims,
-                data,
+                dims: dims.map(Box::new),
+                data: data.map(Vec::into_boxed_slice),
             },
         );
         Ok(tensor)
@@ -675,14 +681,14 @@ impl TraceBuilder {
         let (op, module) = (self.intern(op), module.map(|m| self.intern(m)));
         self.push(
             line,
-            TraceEvent::Apply {
+            TraceEvent::Apply(Box::new(Apply {
                 op,
                 kernel,
                 inputs,
                 outputs: specs,
                 cost,
                 module,
-            },
+            })),
         );
         Ok(made)
     }

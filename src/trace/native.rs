@@ -591,20 +591,14 @@ impl<W: Write> TraceWriter<W> {
                 bytes: *bytes,
                 dims: dims.as_ref().map(|d| d.to_vec()),
                 dtype: f32_dtype(),
-                data: data.clone(),
+                data: data.as_deref().map(<[f32]>::to_vec),
             },
-            TraceEvent::Apply {
-                op,
-                kernel,
-                inputs,
-                outputs,
-                cost,
-                module,
-            } => Line::Apply {
-                op: op.to_string(),
-                kernel: kernel.as_deref().cloned(),
-                inputs: inputs.iter().map(|&t| t as u64).collect(),
-                outputs: outputs
+            TraceEvent::Apply(apply) => Line::Apply {
+                op: apply.op.to_string(),
+                kernel: apply.kernel.as_deref().cloned(),
+                inputs: apply.inputs.iter().map(|&t| t as u64).collect(),
+                outputs: apply
+                    .outputs
                     .iter()
                     .map(|o| Output {
                         id: o.tensor as u64,
@@ -614,8 +608,8 @@ impl<W: Write> TraceWriter<W> {
                         dtype: f32_dtype(),
                     })
                     .collect(),
-                cost: *cost,
-                module: module.as_deref().map(str::to_string),
+                cost: apply.cost,
+                module: apply.module.as_deref().map(str::to_string),
             },
             TraceEvent::Retain { tensor } => Line::Retain { id: *tensor as u64 },
             TraceEvent::Del { tensor } => Line::Del { id: *tensor as u64 },

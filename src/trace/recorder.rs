@@ -86,12 +86,12 @@ impl<W: Write + Send> Observer for TraceRecorder<W> {
 impl<W: Write + Send> TraceRecorder<W> {
     fn put(&mut self, tensor: TensorId, bytes: u64, dims: &[usize], data: Option<&[f32]>) {
         let id = self.name(tensor);
-        let dims = data.map(|_| dims.into());
+        let dims = data.map(|_| Box::new(dims.into()));
         self.emit(TraceEvent::Put {
             tensor: id,
             bytes,
             dims,
-            data: data.map(<[f32]>::to_vec),
+            data: data.map(Box::from),
         });
     }
 
@@ -116,14 +116,14 @@ impl<W: Write + Send> TraceRecorder<W> {
             Op::Recorded(recorded) => (None, recorded.module.clone()),
             kernel => (Some(Box::new(kernel.clone())), None),
         };
-        self.emit(TraceEvent::Apply {
+        self.emit(TraceEvent::Apply(Box::new(super::Apply {
             op: op.name().into(),
             kernel,
             inputs,
             outputs,
             cost: signature.cost,
             module,
-        });
+        })));
     }
 
     fn instruction(&mut self, instruction: TensorInstruction, tensor: TensorId) {

@@ -182,14 +182,15 @@ fn step<B: Backend>(
             };
             tensors[*tensor as usize] = Some(made);
         }
-        TraceEvent::Apply {
-            op,
-            kernel,
-            inputs,
-            outputs,
-            cost,
-            module,
-        } => {
+        TraceEvent::Apply(apply) => {
+            let crate::trace::Apply {
+                op,
+                kernel,
+                inputs,
+                outputs,
+                cost,
+                module,
+            } = &**apply;
             let op = match kernels {
                 Kernels::Execute => kernel.as_deref().cloned().ok_or_else(|| {
                     trace.error_at(
@@ -275,12 +276,8 @@ pub fn baseline(trace: &Trace) -> Baseline {
                 live_puts = live_puts.saturating_add(*bytes);
                 result.constant_bytes = result.constant_bytes.saturating_add(*bytes);
             }
-            TraceEvent::Apply {
-                inputs,
-                outputs,
-                cost,
-                ..
-            } => {
+            TraceEvent::Apply(apply) => {
+                let (inputs, outputs, cost) = (&apply.inputs, &apply.outputs, &apply.cost);
                 result.ops += 1;
                 result.compute = result.compute.saturating_add(*cost);
                 let fresh = outputs
