@@ -407,7 +407,7 @@ mod tests {
             ("Op", std::mem::size_of::<Op>(), 72),
             ("TensorInfo", std::mem::size_of::<TensorInfo>(), 64),
             ("StorageInfo", std::mem::size_of::<StorageInfo>(), 56),
-            ("TraceEvent", std::mem::size_of::<TraceEvent>(), 96),
+            ("TraceEvent", std::mem::size_of::<TraceEvent>(), 40),
             ("TraceOutput", std::mem::size_of::<TraceOutput>(), 40),
         ];
         for (name, size, most) in sizes {
