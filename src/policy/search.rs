@@ -67,6 +67,9 @@ pub struct CandidateSearch {
     ordered_share: f64,
     /// Searches by [`CandidateSearch::lowest_exact`] so far.
     searches: u64,
+    /// The share of √N draws whose entry was read (their bound did not rule
+    /// them out), averaged over the last searches.
+    entry_share: f64,
 }
 
 impl CandidateSearch {
@@ -83,6 +86,7 @@ impl CandidateSearch {
             buckets: Vec::new(),
             ordered_share: 0.0,
             searches: 0,
+            entry_share: 0.0,
         }
     }
 
@@ -144,8 +148,19 @@ impl CandidateSearch {
                     "√N draws read kept summaries"
                 );
                 let entry = |slot: usize| entries[slot].as_ref().expect("a member's entry");
+                // Where most draws get past their summary (candidates alike
+                // but for their neighbours, as in a uniform chain), their
+                // entries are read anyway: fetch them with the summaries
+                // rather than one miss after another.
+                let with_entries = self.entry_share > 0.5;
+                let fetch = |slot: usize| {
+                    prefetch(&summaries[slot]);
+                    if with_entries {
+                        prefetch(&entries[slot]);
+                    }
+                };
                 let mut fallback = None;
-                let (mut members, mut sampled) = (0, 0);
+                let (mut members, mut sampled, mut read) = (0, 0, 0);
                 // Draw i waits in `ring[i % WINDOW]`, its summary prefetched,
                 // until it is scored, while draw i + WINDOW takes its place:
                 // WINDOW reads stay in flight. `checkpoints[k % 2]` is the
@@ -155,7 +170,7 @@ impl CandidateSearch {
                 let mut ring = [0usize; WINDOW];
                 for slot in &mut ring {
                     *slot = self.rng.gen_range(0..len);
-                    prefetch(&summaries[*slot]);
+                    fetch(*slot);
                 }
                 let mut drawn = 0;
                 loop {
@@ -165,7 +180,7 @@ impl CandidateSearch {
                         checkpoints[(drawn / WINDOW + 1) % 2] = self.rng.clone();
                     }
                     ring[at] = self.rng.gen_range(0..len);
-                    prefetch(&summaries[ring[at]]);
+                    fetch(ring[at]);
                     drawn += 1;
                     let summary = &summaries[slot];
                     if summary.is_hole() {
@@ -183,12 +198,17 @@ impl CandidateSearch {
                         let above = |clock| {
                             best.is_some_and(|(b, _)| summary.cost_density_bound(clock) > b)
                         };
-                        !density_floor.is_some_and(above) && consider(&mut best, entry(slot))
+                        !density_floor.is_some_and(above) && {
+                            read += 1;
+                            consider(&mut best, entry(slot))
+                        }
                     };
                     if stop || sampled == wanted || members == 4 * wanted {
                         break;
                     }
                 }
+                self.entry_share =
+                    0.9 * self.entry_share + 0.1 * read as f64 / members.max(1) as f64;
                 // Undo the draws after the `drawn`th.
                 self.rng = checkpoints[(drawn / WINDOW) % 2].clone();
                 for _ in 0..drawn % WINDOW {
