@@ -7,7 +7,7 @@ use std::sync::Arc;
 use slotmap::{new_key_type, Key, SlotMap};
 use smallvec::SmallVec;
 
-use crate::intern::Interner;
+use crate::intern::{Interner, Sweeps};
 use crate::ops::{Op, Outputs, OutputsInterner, RecordedOp, RecordedOutput, Signature};
 use crate::shape::Layout;
 
@@ -263,8 +263,8 @@ pub struct Graph {
 #[derive(Debug, Default)]
 struct RecordedOutputs {
     built: std::collections::HashMap<Arc<[RecordedOutput]>, Outputs, foldhash::fast::RandomState>,
-    /// Drop the lists only this table holds when it reaches this size.
-    sweep_at: usize,
+    /// Drops the lists only this table still holds.
+    sweeps: Sweeps,
 }
 
 impl Graph {
@@ -298,13 +298,14 @@ impl Graph {
         let outputs = match table.built.get(&*recorded.outputs) {
             Some(outputs) => outputs.clone(),
             None => {
-                if table.built.len() >= table.sweep_at.max(1024) {
-                    table.built.retain(|list, _| Arc::strong_count(list) > 1);
-                    table.sweep_at = 2 * table.built.len();
-                }
-                let built = crate::ops::recorded_outputs(recorded, &[])
+                let lists = &mut table.built;
+                table.sweeps.before_insert(lists.len(), || {
+                    lists.retain(|list, _| Arc::strong_count(list) > 1);
+                    lists.len()
+                });
+                let made = crate::ops::recorded_outputs(recorded, &[])
                     .expect("an output that views no input always checks");
-                let outputs = self.interned_outputs.intern(built);
+                let outputs = self.interned_outputs.intern(made);
                 table
                     .built
                     .insert(recorded.outputs.clone(), outputs.clone());

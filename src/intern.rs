@@ -14,15 +14,33 @@ pub struct Interner<T: ?Sized> {
     /// Hashed with foldhash: the keys are op names and short lists, looked
     /// up once per op, where SipHash's cost showed in whole-run profiles.
     held: HashSet<Arc<T>, foldhash::fast::RandomState>,
-    /// Sweep out the copies no one else holds when the set reaches this size.
-    sweep_at: usize,
+    sweeps: Sweeps,
 }
 
 impl<T: ?Sized> Default for Interner<T> {
     fn default() -> Interner<T> {
         Interner {
             held: HashSet::default(),
-            sweep_at: 0,
+            sweeps: Sweeps::default(),
+        }
+    }
+}
+
+/// When a table of shared values drops the ones only it still holds: once
+/// it has doubled since its last sweep, from 1024 entries on (amortised
+/// O(1) per insertion).
+#[derive(Debug, Default)]
+pub(crate) struct Sweeps {
+    at: usize,
+}
+
+impl Sweeps {
+    /// Before an insertion into a table of `len` entries: when a sweep is
+    /// due, runs `sweep`, which drops the unshared entries and answers how
+    /// many are left.
+    pub(crate) fn before_insert(&mut self, len: usize, sweep: impl FnOnce() -> usize) {
+        if len >= self.at.max(1024) {
+            self.at = 2 * sweep();
         }
     }
 }
@@ -54,10 +72,11 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
     /// Holds `made`, a value not held yet (one [`Interner::find`] did not
     /// find: looking again would only cost a second probe).
     pub fn insert(&mut self, made: Arc<T>) -> Arc<T> {
-        if self.held.len() >= self.sweep_at.max(1024) {
-            self.held.retain(|v| Arc::strong_count(v) > 1);
-            self.sweep_at = 2 * self.held.len();
-        }
+        let held = &mut self.held;
+        self.sweeps.before_insert(held.len(), || {
+            held.retain(|v| Arc::strong_count(v) > 1);
+            held.len()
+        });
         self.held.insert(made.clone());
         made
     }
