@@ -7,7 +7,7 @@ use dtr::experiments::timeline::{ChromeTrace, Timeline};
 use dtr::experiments::{Policy, RunSpec, Workload};
 use dtr::memory::MemoryModel;
 use dtr::policy::Sampling;
-use dtr::Budget;
+use dtr::{Budget, Interpreter, SimulatorBackend};
 use serde_json::json;
 
 use super::restore::{SwapArgs, RESTORE_HELP};
@@ -85,7 +85,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
     let workload = Workload::load(trace, trace_format(args.format))?;
     let mut samples = args.timeline.as_ref().map(|_| Timeline::new());
     let mut chrome = args.timeline_out.as_ref().map(|_| ChromeTrace::new());
-    let outcome = spec.run_recording(&workload, chrome.is_some(), |index, dtr| {
+    let record_events = chrome.is_some();
+    let observe = |index, dtr: &Interpreter<SimulatorBackend>| {
         if let Some(samples) = samples.as_mut() {
             samples.observe(index, dtr);
         }
@@ -93,7 +94,9 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             let events = &workload.trace;
             chrome.observe(index, &events.events[index], events.lines[index], dtr);
         }
-    })?;
+    };
+    // The interpreter is kept, to be forgotten with the workload below.
+    let (outcome, interpreter) = spec.run_with(&workload, record_events, |_| Ok(()), observe)?;
     // For a run that stopped: the smallest budget that completes, by the
     // bisection of `dtr fit`.
     let suggestion = match report_stopped(&outcome) {
@@ -142,8 +145,10 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         return Err(error);
     }
     // The process ends once the result is out: its memory goes back to the
-    // system whole, faster than the trace's tables are freed one by one.
+    // system whole, faster than the trace's and the interpreter's tables
+    // are freed one by one.
     std::mem::forget(workload);
+    std::mem::forget(interpreter);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -196,7 +196,7 @@ impl RunSpec {
 
     /// [`RunSpec::run_recording`] that lets `prepare` set up the interpreter
     /// before the first event (to record a plan, say) and hands it back.
-    pub(crate) fn run_with(
+    pub fn run_with(
         &self,
         workload: &Workload,
         record_events: bool,

@@ -317,7 +317,11 @@ pub(super) struct Observers {
 impl Observers {
     pub fn notify(&mut self, event: &RunEvent<'_>, graph: &Graph) {
         self.stats.observe(event, graph);
-        TracingLog.observe(event, graph);
+        // Its messages are at DEBUG and WARN: one load of the subscribers'
+        // most verbose level skips it when none takes them (the default).
+        if tracing::level_enabled!(tracing::Level::WARN) {
+            TracingLog.observe(event, graph);
+        }
         if let Some(log) = &mut self.log {
             log.observe(event, graph);
         }

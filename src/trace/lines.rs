@@ -52,15 +52,16 @@ fn chunks(text: &str) -> Vec<&str> {
     chunks
 }
 
-/// Reads a chunk's lines; once `stop` is set (nothing more will be handed
-/// over) it gives up, leaving a chunk no one uses.
+/// Reads a chunk's lines into `items` (empty); once `stop` is set (nothing
+/// more will be handed over) it gives up, leaving a chunk no one uses.
 fn read_chunk<'t, T>(
     text: &'t str,
     read: &impl Fn(&'t str) -> Result<T, String>,
     stop: &AtomicBool,
+    mut items: Vec<(usize, T)>,
 ) -> Chunk<T> {
     // Real lines are longer than 40 bytes: room from above.
-    let mut items = Vec::with_capacity(text.len() / 40);
+    items.reserve(text.len() / 40);
     for (line, raw) in numbered_lines(text) {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -100,10 +101,19 @@ pub(crate) fn read_in_order<'t, T: Send>(
     }
     let chunks = chunks(text);
     let n = chunks.len();
-    let mut hand_over = |offset: usize, chunk: Chunk<T>| {
-        for (line, item) in chunk.items {
+    // Handed-over chunks' emptied lists, for the next chunks to fill: fresh
+    // ones would cost page faults again, the helper's from its own arena.
+    let spare: Mutex<Vec<Vec<(usize, T)>>> = Mutex::new(Vec::new());
+    let take_spare = || {
+        let mut spare = spare.lock().unwrap_or_else(PoisonError::into_inner);
+        spare.pop().unwrap_or_default()
+    };
+    let mut hand_over = |offset: usize, mut chunk: Chunk<T>| {
+        for (line, item) in chunk.items.drain(..) {
             each(offset + line, item);
         }
+        let mut spare = spare.lock().unwrap_or_else(PoisonError::into_inner);
+        spare.push(chunk.items);
         match chunk.error {
             Some((line, message)) => Err((offset + line, message)),
             None => Ok(offset + chunk.lines),
@@ -118,7 +128,7 @@ pub(crate) fn read_in_order<'t, T: Send>(
         if index >= n {
             return false;
         }
-        let chunk = read_chunk(chunks[index], &read, &stop);
+        let chunk = read_chunk(chunks[index], &read, &stop, take_spare());
         done.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(chunk);
         true
     };
@@ -139,7 +149,7 @@ pub(crate) fn read_in_order<'t, T: Send>(
                     // All claimed, this one by the helper, still reading
                     // it: read it again here rather than wait for a thread
                     // that may have lost its core (its copy goes unused).
-                    break read_chunk(chunks[index], &read, &stop);
+                    break read_chunk(chunks[index], &read, &stop, take_spare());
                 }
             };
             match hand_over(offset, chunk) {

@@ -286,7 +286,13 @@ pub(crate) fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> 
             None => std::mem::take(&mut rest),
         };
         number += 1;
-        if !line.trim().is_empty() {
+        // A line that starts with a visible ASCII character, as nearly all
+        // do, is not blank: no need to trim it.
+        let blank = match line.as_bytes().first() {
+            Some(first) if first.is_ascii_graphic() => false,
+            _ => line.trim().is_empty(),
+        };
+        if !blank {
             return Some((number, line));
         }
     })

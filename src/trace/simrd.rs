@@ -73,9 +73,9 @@ impl<'a> Field<'a> {
     /// on the reading threads, spares the import.
     fn number(self) -> Field<'a> {
         match self {
-            Field::Str(s) => match s.trim().parse::<i64>() {
-                Ok(i) => Field::Int(i),
-                Err(_) => Field::Str(s),
+            Field::Str(s) => match decimal(&s) {
+                Some(i) => Field::Int(i),
+                None => Field::Str(s),
             },
             other => other,
         }
@@ -106,11 +106,17 @@ impl<'a> Field<'a> {
     /// A decimal string or a JSON integer.
     fn integer(&self) -> Option<i64> {
         match self {
-            Field::Str(s) => s.trim().parse::<i64>().ok(),
+            Field::Str(s) => decimal(s),
             Field::Int(i) => Some(*i),
             _ => None,
         }
     }
+}
+
+/// A decimal integer, spaces around allowed. The logs' numbers have none,
+/// so trimming (a walk over Unicode's spaces) waits for a first miss.
+fn decimal(s: &str) -> Option<i64> {
+    s.parse().or_else(|_| s.trim().parse()).ok()
 }
 
 /// As JSON, the way `serde_json::Value` prints it.
