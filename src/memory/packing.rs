@@ -27,15 +27,17 @@ impl Lifetime {
 /// Offsets for `lifetimes` (in their order) and the arena size they need.
 /// Greedy first fit: in some order, each goes at the lowest offset, a
 /// multiple of `alignment`, clear of every placed allocation alive at the
-/// same time. Three orders are tried (largest first, largest area of bytes
-/// × lifetime first, longest-lived first; earliest first among equals) and
-/// the smallest arena kept: none wins on every program.
+/// same time. Four orders are tried (largest first, then among equal sizes
+/// earliest first or longest-lived first; largest area of bytes × lifetime
+/// first; longest-lived first; earliest first among other equals) and the
+/// smallest arena kept: none wins on every program.
 pub fn pack(lifetimes: &[Lifetime], alignment: u64) -> (Vec<u64>, u64) {
     use std::cmp::Reverse;
-    let orders: [fn(&Lifetime) -> (Reverse<u64>, u64); 3] = [
-        |l| (Reverse(l.bytes), l.start),
-        |l| (Reverse(l.bytes.saturating_mul(l.end - l.start)), l.start),
-        |l| (Reverse(l.end - l.start), l.start),
+    let orders: [fn(&Lifetime) -> (Reverse<u64>, Reverse<u64>, u64); 4] = [
+        |l| (Reverse(l.bytes), Reverse(0), l.start),
+        |l| (Reverse(l.bytes), Reverse(l.end - l.start), l.start),
+        |l| (Reverse(l.bytes.saturating_mul(l.end - l.start)), Reverse(0), l.start),
+        |l| (Reverse(l.end - l.start), Reverse(0), l.start),
     ];
     let mut best: Option<(Vec<u64>, u64)> = None;
     for key in orders {
