@@ -33,10 +33,18 @@ impl Lifetime {
 /// smallest arena kept: none wins on every program.
 pub fn pack(lifetimes: &[Lifetime], alignment: u64) -> (Vec<u64>, u64) {
     use std::cmp::Reverse;
-    let orders: [fn(&Lifetime) -> (Reverse<u64>, Reverse<u64>, u64); 4] = [
+    // Size or area, then lifetime, both descending; then start.
+    type Key = (Reverse<u64>, Reverse<u64>, u64);
+    let orders: [fn(&Lifetime) -> Key; 4] = [
         |l| (Reverse(l.bytes), Reverse(0), l.start),
         |l| (Reverse(l.bytes), Reverse(l.end - l.start), l.start),
-        |l| (Reverse(l.bytes.saturating_mul(l.end - l.start)), Reverse(0), l.start),
+        |l| {
+            (
+                Reverse(l.bytes.saturating_mul(l.end - l.start)),
+                Reverse(0),
+                l.start,
+            )
+        },
         |l| (Reverse(l.end - l.start), Reverse(0), l.start),
     ];
     let mut best: Option<(Vec<u64>, u64)> = None;

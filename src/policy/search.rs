@@ -17,8 +17,8 @@ pub enum Sampling {
     All,
     /// ⌈√N⌉ candidates drawn uniformly (with replacement), ignoring those
     /// under 1% of the average candidate size. In large pools they are
-    /// drawn as short runs of neighbouring pool positions (see
-    /// [`run_length`]), each position still as likely as any other.
+    /// drawn as runs of up to 8 neighbouring pool positions, each position
+    /// still as likely as any other.
     Sqrt,
 }
 
@@ -144,7 +144,7 @@ impl CandidateSearch {
     /// replacement, skipping those under 1% of the average size (the first
     /// of those is scored only when nothing else was drawn), at most 4·⌈√N⌉
     /// members in all, and scored in the order drawn; each draw is a run
-    /// of [`run_length`] neighbouring positions from a uniform start. Runs'
+    /// of `run_length` neighbouring positions from a uniform start. Runs'
     /// summaries are prefetched `WINDOW` draws ahead; the generator is left
     /// as if drawn one at a time, up to the draw that ended the search.
     pub fn lowest(
