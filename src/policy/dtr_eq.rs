@@ -110,8 +110,10 @@ struct BoundLog {
 }
 
 impl BoundLog {
+    /// Logs `extra` as the cost the classes of `storage` add now. Nothing to
+    /// raise for 0: a pool extra above it has a reset logged after it.
     fn raise(&mut self, storage: StorageId, extra: u64) {
-        if self.on {
+        if self.on && extra > 0 {
             self.changes.push((storage, extra));
         }
     }
