@@ -416,6 +416,22 @@ impl CandidatePool {
             .expect("an ordered member's entry")
     }
 
+    /// `(c0 + extra) / (held · stale)` of the member at `position` at
+    /// `clock`, +∞ when the denominator is zero: as
+    /// [`Candidate::cost_density_bound`], never above a score that is at
+    /// least the key's numerator over `m · stale`.
+    pub(super) fn key_bound(&self, position: u32, clock: u64) -> f64 {
+        let candidate = self.at(position);
+        let extra = self.ordered.as_ref().map_or(0, |o| o.extra(position));
+        let denominator =
+            candidate.held as f64 * clock.saturating_sub(candidate.last_access) as f64;
+        if denominator > 0.0 {
+            candidate.cost.saturating_add(extra) as f64 / denominator
+        } else {
+            f64::INFINITY
+        }
+    }
+
     /// Builds the members' places anew (after a compaction moved them and
     /// their extras, or when the pool grew large enough to keep them).
     fn rebuild_order(&mut self) {

@@ -372,6 +372,13 @@ impl CandidateSearch {
                     }
                     continue;
                 }
+                // The bucket's floor is up to 2^(1/4) below the key: where
+                // many scores are that close to the best, the exact key
+                // spares scoring most of them.
+                let exact = order == PoolOrder::CostDensity;
+                if exact && limit.is_some_and(|limit| pool.key_bound(place.2, clock) > limit) {
+                    continue;
+                }
                 let candidate = pool.at(place.2);
                 let Some(s) = score(candidate, limit) else {
                     continue;
