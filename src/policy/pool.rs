@@ -40,13 +40,10 @@ pub enum PoolOrder {
     InverseSize,
 }
 
-/// Key bits kept per bucket: the exponent and the four leading mantissa
-/// bits of a non-negative `f64`, so a bucket spans a factor of at most
-/// 2^(1/16) (their order is the order of the values). Two bits (2^(1/4))
-/// left a uniform chain's search visiting hundreds of candidates whose
-/// floors passed; four cut that to a few, at no measurable cost on random
-/// DAGs, whose more buckets each search lists.
-const BUCKET_SHIFT: u32 = 48;
+/// Key bits kept per bucket: the exponent and the two leading mantissa bits
+/// of a non-negative `f64`, so a bucket spans a factor of at most 2^(1/4)
+/// (their order is the order of the values).
+const BUCKET_SHIFT: u32 = 50;
 
 /// The bucket of a non-negative key (+∞ included).
 fn bucket_of(key: f64) -> u32 {

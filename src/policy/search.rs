@@ -372,7 +372,7 @@ impl CandidateSearch {
                     }
                     continue;
                 }
-                // The bucket's floor is up to 2^(1/16) below the key: where
+                // The bucket's floor is up to 2^(1/4) below the key: where
                 // many scores are that close to the best, the exact key
                 // spares scoring most of them.
                 let exact = order == PoolOrder::CostDensity;
