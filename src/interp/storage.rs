@@ -395,6 +395,11 @@ impl<B: Backend> StorageTable<B> {
         self.pool.keep_summaries(keep);
     }
 
+    /// The extra costs of the pool's keys, for the heuristic to update.
+    pub(super) fn bounds(&mut self) -> crate::policy::Bounds<'_> {
+        self.pool.bounds()
+    }
+
     /// Keeps the candidate pool in `order` (see [`CandidatePool::keep_order`]).
     pub(super) fn keep_order(&mut self, order: Option<crate::policy::PoolOrder>, from: usize) {
         self.pool.keep_order(order, from);

@@ -393,6 +393,8 @@ impl<B: Backend> Interpreter<B> {
                 score: None,
             };
         }
+        self.heuristic
+            .update_bounds(self.table.bounds(), &self.graph);
         let view = self.table.policy_view(&self.graph);
         let pool = self.table.pool();
         if self.config.restore != RestoreMode::Swap {

@@ -5,11 +5,13 @@
 //! the free bytes on either side of `s` in the arena, because evicting `s`
 //! then opens a hole that large.
 
+use std::collections::HashMap;
+
 use slotmap::SecondaryMap;
 use smallvec::SmallVec;
 
 use super::eqclass::EqClasses;
-use super::{Heuristic, PolicyView, PoolOrder};
+use super::{Bounds, CandidatePool, Heuristic, PolicyView, PoolOrder};
 use crate::graph::{Graph, StorageId};
 
 /// The class nodes of one storage's distinct evicted neighbours, under a
@@ -18,6 +20,9 @@ use crate::graph::{Graph, StorageId};
 struct Neighbours {
     generation: u64,
     nodes: SmallVec<[u32; 4]>,
+    /// Whether the storage watches the classes of these nodes (see
+    /// [`EqClasses::watch`]).
+    watching: bool,
 }
 
 /// The cached [`Neighbours`] of the storages scored since their last
@@ -36,6 +41,11 @@ impl NeighbourCache {
     fn get(&self, storage: StorageId) -> Option<&Neighbours> {
         let &entry = self.entry_of.get(storage)?;
         Some(&self.entries[entry as usize])
+    }
+
+    fn get_mut(&mut self, storage: StorageId) -> Option<&mut Neighbours> {
+        let &entry = self.entry_of.get(storage)?;
+        Some(&mut self.entries[entry as usize])
     }
 
     /// Caches `neighbours` for `storage`, in place of any it had.
@@ -69,12 +79,68 @@ impl NeighbourCache {
     }
 }
 
+/// The summed cost of the distinct classes of `nodes`, and their roots.
+fn roots_cost(classes: &EqClasses, nodes: &[u32]) -> (u64, SmallVec<[u32; 8]>) {
+    let mut roots: SmallVec<[u32; 8]> = SmallVec::new();
+    let mut cost = 0u64;
+    for &node in nodes {
+        let root = classes.root(node);
+        if !roots.contains(&root) {
+            roots.push(root);
+            cost = cost.saturating_add(classes.class_cost(root));
+        }
+    }
+    (cost, roots)
+}
+
+/// The changes to the pool's key extras (see [`Bounds`]) that `dtr-eq`
+/// owes the pool, oldest first: a scored candidate's extra raised to the
+/// cost its classes add, and set back to 0 wherever that cost can fall.
+#[derive(Default)]
+struct BoundLog {
+    /// Whether the pool keeps extras (as of the last search): else nothing
+    /// is logged, and the pool has none to lower.
+    on: bool,
+    changes: Vec<(StorageId, u64)>,
+    /// Set when more resets piled up than the pool has members: clearing
+    /// every extra is then cheaper than applying them.
+    overflowed: bool,
+    /// How many changes may pile up.
+    room: usize,
+}
+
+impl BoundLog {
+    /// Logs `extra` as the cost the classes of `storage` add now. Nothing to
+    /// raise for 0: a pool extra above it has a reset logged after it.
+    fn raise(&mut self, storage: StorageId, extra: u64) {
+        if self.on && extra > 0 {
+            self.changes.push((storage, extra));
+        }
+    }
+
+    fn reset(&mut self, storage: StorageId) {
+        if self.on {
+            if self.changes.len() >= self.room {
+                self.changes.clear();
+                self.overflowed = true;
+            }
+            self.changes.push((storage, 0));
+        }
+    }
+}
+
 /// The score's only graph walk, finding the evicted neighbours, is cached
 /// per storage: a storage's list is forgotten when it or a neighbour is
 /// evicted, rematerialised or changes edges (each hook forgets the lists
 /// of the storage and of everything adjacent to it), and all lists when
 /// the classes are renamed. Class costs are read afresh at every score, so
 /// scores are exactly those of the walk.
+///
+/// When the pool keys candidates by `(c0 + extra) / held`, a score sets the
+/// candidate's extra to the cost its classes add, so that an ordered
+/// search's bound is the score until that cost can fall: when a neighbour
+/// leaves the evicted (rematerialised, freed), edges change, or a class's
+/// cost falls (the watchers of [`EqClasses`]). Evictions only add cost.
 #[derive(Default)]
 pub struct DtrEq {
     classes: EqClasses,
@@ -82,6 +148,9 @@ pub struct DtrEq {
     neighbours: NeighbourCache,
     /// Walk the graph at every score (the reference the cache is tested against).
     uncached: bool,
+    bounds: BoundLog,
+    /// Scratch: storages whose class cost fell.
+    lowered: Vec<StorageId>,
 }
 
 impl DtrEq {
@@ -103,48 +172,81 @@ impl DtrEq {
 
     /// `c0(s)` plus the cost of the distinct classes of its evicted neighbours.
     pub fn neighbourhood_cost(&mut self, storage: StorageId, graph: &Graph) -> u64 {
+        let cost = graph.storages[storage].cost;
+        cost.saturating_add(self.classes_cost(storage, graph, false))
+    }
+
+    /// The cost of the distinct classes of the evicted neighbours of
+    /// `storage`; with `watch`, it watches them unless it already does.
+    fn classes_cost(&mut self, storage: StorageId, graph: &Graph, watch: bool) -> u64 {
         let generation = self.classes.generation();
         let fresh = matches!(self.neighbours.get(storage), Some(n) if n.generation == generation);
         let walked;
         let nodes = if fresh && !self.uncached {
             &self.neighbours.get(storage).expect("fresh").nodes
         } else {
-            let mut nodes = SmallVec::new();
-            for neighbour in graph.evicted_neighbours(storage) {
-                if let Some(node) = self.classes.node_of(neighbour) {
-                    nodes.push(node);
-                }
-            }
+            let nodes = self.walk(storage, graph);
             if self.uncached {
                 walked = nodes;
                 &walked
             } else {
-                let cached = Neighbours { generation, nodes };
+                let cached = Neighbours {
+                    generation,
+                    nodes,
+                    watching: false,
+                };
                 &self.neighbours.insert(storage, cached).nodes
             }
         };
-        let mut roots: SmallVec<[u32; 8]> = SmallVec::new();
-        let mut cost = graph.storages[storage].cost;
-        for &node in nodes {
-            let root = self.classes.root(node);
-            if !roots.contains(&root) {
-                roots.push(root);
-                cost = cost.saturating_add(self.classes.class_cost(root));
+        let (cost, roots) = roots_cost(&self.classes, nodes);
+        if let Some(cached) = self.neighbours.get_mut(storage).filter(|_| watch) {
+            if !std::mem::replace(&mut cached.watching, true) {
+                for root in roots {
+                    self.classes.watch(root, storage);
+                }
             }
         }
         cost
     }
 
-    /// Forgets the cached neighbours of `storage` and of every storage adjacent to it.
-    fn forget_around(&mut self, storage: StorageId, graph: &Graph) {
-        if self.neighbours.is_empty() {
+    /// The class nodes of the evicted neighbours of `storage`.
+    fn walk(&self, storage: StorageId, graph: &Graph) -> SmallVec<[u32; 4]> {
+        let neighbours = graph.evicted_neighbours(storage).into_iter();
+        neighbours
+            .filter_map(|neighbour| self.classes.node_of(neighbour))
+            .collect()
+    }
+
+    /// Forgets the cached neighbours of `storage` and of every storage
+    /// adjacent to it; with `lowered`, their added costs may have fallen.
+    fn forget_around(&mut self, storage: StorageId, graph: &Graph, lowered: bool) {
+        let lowered = lowered && self.bounds.on;
+        if self.neighbours.is_empty() && !lowered {
             return;
         }
         self.neighbours.remove(storage);
-        let neighbours = &mut self.neighbours;
+        if lowered {
+            self.bounds.reset(storage);
+        }
+        let (neighbours, bounds) = (&mut self.neighbours, &mut self.bounds);
         graph.for_each_neighbour(storage, |s| {
             neighbours.remove(s);
+            if lowered {
+                bounds.reset(s);
+            }
         });
+    }
+
+    /// Takes `storage` out of its class; the storages watching the class
+    /// lose their extras if its cost fell.
+    fn leave_class(&mut self, storage: StorageId) {
+        self.classes.remove(storage, &mut self.lowered);
+        for watcher in self.lowered.drain(..) {
+            if let Some(cached) = self.neighbours.get_mut(watcher) {
+                cached.watching = false;
+            }
+            self.bounds.reset(watcher);
+        }
     }
 }
 
@@ -164,7 +266,10 @@ impl Heuristic for DtrEq {
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let denominator = self.denominator(storage, view);
         if denominator > 0.0 {
-            self.neighbourhood_cost(storage, view.graph) as f64 / denominator
+            let graph = view.graph;
+            let extra = self.classes_cost(storage, graph, self.bounds.on);
+            self.bounds.raise(storage, extra);
+            graph.storages[storage].cost.saturating_add(extra) as f64 / denominator
         } else {
             f64::INFINITY
         }
@@ -192,8 +297,47 @@ impl Heuristic for DtrEq {
         (!self.fragmentation_aware && !self.uncached).then_some(PoolOrder::CostDensity)
     }
 
+    /// Applies the logged changes (all extras cleared first if they
+    /// overflowed), and logs from now on only while the pool keeps extras.
+    fn update_bounds(&mut self, mut bounds: Bounds<'_>, graph: &Graph) {
+        let log = &mut self.bounds;
+        if std::mem::take(&mut log.overflowed) {
+            bounds.clear();
+        }
+        for (storage, extra) in log.changes.drain(..) {
+            if let Some(info) = graph.storages.get(storage) {
+                bounds.set(storage, extra, info.bytes);
+            }
+        }
+        log.on = bounds.kept();
+        log.room = bounds.members().max(1024);
+    }
+
+    /// Every member's extra, once the logged changes are applied, is at
+    /// most the cost its classes add now (found by walking the graph).
+    fn check_bounds(&self, pool: &CandidatePool, graph: &Graph) -> Result<(), String> {
+        let log = &self.bounds;
+        let pending: HashMap<StorageId, u64> = log.changes.iter().copied().collect();
+        for candidate in pool.iter() {
+            let storage = candidate.storage;
+            let extra = match pending.get(&storage) {
+                Some(&extra) => extra,
+                None if log.overflowed => 0,
+                None => pool.extra(storage),
+            };
+            let (added, _) = roots_cost(&self.classes, &self.walk(storage, graph));
+            if extra > added {
+                return Err(format!(
+                    "{storage:?} is keyed with an extra cost of {extra} where its classes add {added}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn on_evict(&mut self, storage: StorageId, graph: &Graph) {
-        self.forget_around(storage, graph);
+        // Its neighbours gain an evicted neighbour: their extras hold.
+        self.forget_around(storage, graph, false);
         self.classes.insert(storage, graph.storages[storage].cost);
         for neighbour in graph.evicted_neighbours(storage) {
             self.classes.union(storage, neighbour);
@@ -201,17 +345,17 @@ impl Heuristic for DtrEq {
     }
 
     fn on_rematerialize(&mut self, storage: StorageId, graph: &Graph) {
-        self.forget_around(storage, graph);
-        self.classes.remove(storage);
+        self.forget_around(storage, graph, true);
+        self.leave_class(storage);
     }
 
     fn on_free(&mut self, storage: StorageId, _graph: &Graph) {
         // Its edges are gone; `on_graph_change` forgot around it before.
         self.neighbours.remove(storage);
-        self.classes.remove(storage);
+        self.leave_class(storage);
     }
 
     fn on_graph_change(&mut self, storage: StorageId, graph: &Graph) {
-        self.forget_around(storage, graph);
+        self.forget_around(storage, graph, true);
     }
 }

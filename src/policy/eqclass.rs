@@ -3,6 +3,9 @@
 //! `h_DTR_eq`. Classes only merge; a storage that becomes resident again
 //! takes its cost out but leaves the class joined (a phantom dependency).
 
+use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use slotmap::SecondaryMap;
 
 use crate::graph::StorageId;
@@ -14,6 +17,27 @@ use crate::graph::StorageId;
 struct Member {
     node: u32,
     cost: u64,
+}
+
+/// The storages watching one class (see [`EqClasses::watch`]).
+#[derive(Debug, Default)]
+struct Watchers {
+    storages: Vec<StorageId>,
+    /// Their number after the last removal of duplicates: the list is
+    /// deduplicated when it doubles, so a storage watching again and again
+    /// keeps it short at an amortised O(log n) a watch.
+    deduplicated: usize,
+}
+
+impl Watchers {
+    fn push(&mut self, storage: StorageId) {
+        self.storages.push(storage);
+        if self.storages.len() >= 2 * self.deduplicated.max(4) {
+            self.storages.sort_unstable();
+            self.storages.dedup();
+            self.deduplicated = self.storages.len();
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -28,6 +52,8 @@ pub struct EqClasses {
     members: SecondaryMap<StorageId, Member>,
     /// Bumped whenever compaction renames the nodes.
     generation: u64,
+    /// By root, the storages to tell when the class's cost falls.
+    watchers: HashMap<u32, Watchers, RandomState>,
 }
 
 impl EqClasses {
@@ -89,13 +115,34 @@ impl EqClasses {
         self.parent[small as usize] = big;
         self.size[big as usize] += self.size[small as usize];
         self.cost[big as usize] += self.cost[small as usize];
+        if let Some(mut moved) = self.watchers.remove(&small) {
+            let into = self.watchers.entry(big).or_default();
+            if into.storages.len() < moved.storages.len() {
+                std::mem::swap(into, &mut moved);
+            }
+            into.storages.append(&mut moved.storages);
+            into.deduplicated += moved.deduplicated;
+        }
     }
 
-    /// Takes a storage out of its class (rematerialised or freed).
-    pub fn remove(&mut self, storage: StorageId) {
+    /// Has `storage` told (by [`EqClasses::remove`]) when the cost of the
+    /// class rooted at `root`, or of any class it merges into, falls.
+    pub fn watch(&mut self, root: u32, storage: StorageId) {
+        self.watchers.entry(root).or_default().push(storage);
+    }
+
+    /// Takes a storage out of its class (rematerialised or freed). When the
+    /// class's cost falls, the storages watching it (some perhaps no
+    /// longer adjacent, or twice) are appended to `lowered`, and forgotten.
+    pub fn remove(&mut self, storage: StorageId, lowered: &mut Vec<StorageId>) {
         if let Some(Member { node, cost }) = self.members.remove(storage) {
-            let root = self.root(node) as usize;
-            self.cost[root] = self.cost[root].saturating_sub(cost);
+            let root = self.root(node);
+            self.cost[root as usize] = self.cost[root as usize].saturating_sub(cost);
+            if cost > 0 {
+                if let Some(watchers) = self.watchers.remove(&root) {
+                    lowered.extend(watchers.storages);
+                }
+            }
         }
     }
 
@@ -125,6 +172,14 @@ impl EqClasses {
             self.members[storage].node = node;
         }
         (self.parent, self.size, self.cost) = (parent, size, cost);
+        // Classes left without members cost nothing: none falls further.
+        self.watchers = std::mem::take(&mut self.watchers)
+            .into_iter()
+            .filter_map(|(root, watchers)| {
+                let node = renamed[root as usize];
+                (node != u32::MAX).then_some((node, watchers))
+            })
+            .collect();
         self.generation += 1;
     }
 }
@@ -153,7 +208,7 @@ mod tests {
         assert_ne!(classes.class_of(a), classes.class_of(c));
         assert_eq!(classes.class_cost(classes.class_of(a).unwrap()), 7);
         classes.union(b, c);
-        classes.remove(b);
+        classes.remove(b, &mut Vec::new());
         assert_eq!(classes.class_of(b), None);
         assert_eq!(classes.class_of(a), classes.class_of(c));
         assert_eq!(classes.class_cost(classes.class_of(c).unwrap()), 8);
@@ -173,7 +228,7 @@ mod tests {
             let s = keys.insert(());
             classes.insert(s, 100);
             classes.union(s, keep[2]);
-            classes.remove(s);
+            classes.remove(s, &mut Vec::new());
         }
         assert!(
             classes.parent.len() < 2048,

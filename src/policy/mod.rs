@@ -18,7 +18,7 @@ mod region;
 mod search;
 mod size;
 
-pub use pool::{Candidate, CandidatePool, PoolOrder, Summary};
+pub use pool::{Bounds, Candidate, CandidatePool, PoolOrder, Summary};
 pub use search::{CandidateSearch, Sampling};
 
 use slotmap::SecondaryMap;
@@ -91,6 +91,23 @@ pub trait Heuristic: Send {
     /// choices the same.
     fn pool_order(&self) -> Option<PoolOrder> {
         None
+    }
+
+    /// Brings the extra costs in the pool's [`PoolOrder::CostDensity`]
+    /// keys up to date, for a heuristic that maintains them (see
+    /// [`Bounds`]; the default leaves them 0). The interpreter calls it
+    /// before every search of the pool.
+    fn update_bounds(&mut self, _bounds: Bounds<'_>, _graph: &Graph) {}
+
+    /// Whether those extras, once the changes not yet handed over are
+    /// applied, are lower bounds of what the scores add to `c0`, for
+    /// invariant checks.
+    fn check_bounds(
+        &self,
+        _pool: &CandidatePool,
+        _graph: &Graph,
+    ) -> std::result::Result<(), String> {
+        Ok(())
     }
 
     /// What to evict to make room for an allocation of `request` bytes

@@ -26,8 +26,11 @@ use crate::graph::{StorageId, StorageInfo};
 /// [`crate::policy::CandidateSearch::lowest_ordered`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolOrder {
-    /// Scores are at least `c0 / (held · stale)` (the DTR family): keyed
-    /// by `c0 / held`, and within equal keys by last access, oldest first.
+    /// Scores are at least `(c0 + extra) / (held · stale)` (the DTR
+    /// family), `extra` being what the heuristic last set through
+    /// [`CandidatePool::bounds`] (0 by default): keyed by
+    /// `(c0 + extra) / held`, and within equal keys by last access, oldest
+    /// first.
     CostDensity,
     /// Scores are at least `c0 / held`, staleness aside (h_MSPS).
     CostPerByte,
@@ -66,11 +69,13 @@ fn per_byte(numerator: u64, held: u64) -> f64 {
 pub(super) type Place = (u32, u64, u32);
 
 impl PoolOrder {
-    fn place(self, candidate: &Candidate, position: u32) -> Place {
+    fn place(self, candidate: &Candidate, extra: u64, position: u32) -> Place {
         let bucket = match self {
-            PoolOrder::CostDensity | PoolOrder::CostPerByte => {
-                bucket_of(per_byte(candidate.cost, candidate.held))
-            }
+            PoolOrder::CostDensity => bucket_of(per_byte(
+                candidate.cost.saturating_add(extra),
+                candidate.held,
+            )),
+            PoolOrder::CostPerByte => bucket_of(per_byte(candidate.cost, candidate.held)),
             PoolOrder::LastAccess => 0,
             PoolOrder::InverseSize => bucket_of(per_byte(1, candidate.held)),
         };
@@ -89,6 +94,20 @@ struct Ordered {
     /// The members' places, while the pool is large enough (built when it
     /// reaches `from`, dropped when it falls under half of it).
     places: Option<BTreeSet<Place>>,
+    /// Each position's extra cost in a [`PoolOrder::CostDensity`] key, 0
+    /// past the end; kept only with the places, so that a heuristic that
+    /// stops maintaining them (see [`Bounds::kept`]) leaves none behind.
+    extras: Vec<u64>,
+}
+
+impl Ordered {
+    fn extra(&self, position: u32) -> u64 {
+        self.extras.get(position as usize).copied().unwrap_or(0)
+    }
+
+    fn place(&self, candidate: &Candidate, position: u32) -> Place {
+        self.order.place(candidate, self.extra(position), position)
+    }
 }
 
 /// One candidate as the pool keeps it.
@@ -247,6 +266,15 @@ impl CandidatePool {
         self.members.contains_key(storage)
     }
 
+    /// The extra cost in the key of `storage` (see [`Bounds`]): 0 unless it
+    /// is a member and extras are kept.
+    pub fn extra(&self, storage: StorageId) -> u64 {
+        match (self.members.get(storage), &self.ordered) {
+            (Some(&position), Some(ordered)) => ordered.extra(position),
+            _ => 0,
+        }
+    }
+
     /// The entry of `storage`, if it is a candidate.
     pub fn get(&self, storage: StorageId) -> Option<&Candidate> {
         let &position = self.members.get(storage)?;
@@ -272,6 +300,8 @@ impl CandidatePool {
             self.bytes = self.bytes - entry.held + held;
             let old = std::mem::replace(entry, candidate);
             self.summarize(position, Summary::of(&candidate));
+            // Its extra was set against the old held bytes: drop it.
+            self.set_extra_at(position, &old, 0);
             self.reorder(position, &old);
             return;
         }
@@ -285,7 +315,7 @@ impl CandidatePool {
         if let Some(ordered) = &mut self.ordered {
             match &mut ordered.places {
                 Some(places) => {
-                    places.insert(ordered.order.place(&candidate, position));
+                    places.insert(ordered.order.place(&candidate, 0, position));
                 }
                 None if self.members.len() >= ordered.from => self.rebuild_order(),
                 None => {}
@@ -295,21 +325,56 @@ impl CandidatePool {
 
     /// Moves the member at `position`, which was `old`, to its entry's place.
     fn reorder(&mut self, position: u32, old: &Candidate) {
-        if let Some(Ordered {
-            order,
-            places: Some(places),
-            ..
-        }) = &mut self.ordered
+        if let Some(
+            ordered @ Ordered {
+                places: Some(_), ..
+            },
+        ) = &mut self.ordered
         {
             let new = self.entries[position as usize]
                 .as_ref()
                 .expect("a member's entry");
-            let (was, is) = (order.place(old, position), order.place(new, position));
+            let (was, is) = (ordered.place(old, position), ordered.place(new, position));
             if was != is {
+                let places = ordered.places.as_mut().expect("kept places");
                 places.remove(&was);
                 places.insert(is);
             }
         }
+    }
+
+    /// Gives the member at `position`, whose entry is `candidate`, the
+    /// extra cost `extra` in its key (no-op unless places are kept).
+    fn set_extra_at(&mut self, position: u32, candidate: &Candidate, extra: u64) {
+        let Some(
+            ordered @ Ordered {
+                places: Some(_), ..
+            },
+        ) = &mut self.ordered
+        else {
+            return;
+        };
+        if ordered.extra(position) == extra {
+            return;
+        }
+        let was = ordered.place(candidate, position);
+        let slot = position as usize;
+        if ordered.extras.len() <= slot {
+            ordered.extras.resize(slot + 1, 0);
+        }
+        ordered.extras[slot] = extra;
+        let is = ordered.place(candidate, position);
+        if was != is {
+            let places = ordered.places.as_mut().expect("kept places");
+            places.remove(&was);
+            places.insert(is);
+        }
+    }
+
+    /// The handle through which a heuristic sets the extra costs of
+    /// [`PoolOrder::CostDensity`] keys.
+    pub fn bounds(&mut self) -> Bounds<'_> {
+        Bounds { pool: self }
     }
 
     /// Keeps the members in `order` from now on (`None`: in none), for
@@ -320,6 +385,7 @@ impl CandidatePool {
             order,
             from,
             places: None,
+            extras: Vec::new(),
         });
         if self.members.len() >= from {
             self.rebuild_order();
@@ -350,19 +416,32 @@ impl CandidatePool {
             .expect("an ordered member's entry")
     }
 
-    /// Builds the members' places anew (after a compaction moved them, or
-    /// when the pool grew large enough to keep them).
+    /// `(c0 + extra) / (held · stale)` of the member at `position` at
+    /// `clock`, +∞ when the denominator is zero: as
+    /// [`Candidate::cost_density_bound`], never above a score that is at
+    /// least the key's numerator over `m · stale`.
+    pub(super) fn key_bound(&self, position: u32, clock: u64) -> f64 {
+        let candidate = self.at(position);
+        let extra = self.ordered.as_ref().map_or(0, |o| o.extra(position));
+        let denominator =
+            candidate.held as f64 * clock.saturating_sub(candidate.last_access) as f64;
+        if denominator > 0.0 {
+            candidate.cost.saturating_add(extra) as f64 / denominator
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// Builds the members' places anew (after a compaction moved them and
+    /// their extras, or when the pool grew large enough to keep them).
     fn rebuild_order(&mut self) {
         if let Some(ordered) = &mut self.ordered {
-            ordered.places = Some(
-                self.entries
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(position, entry)| {
-                        entry.map(|candidate| ordered.order.place(&candidate, position as u32))
-                    })
-                    .collect(),
-            );
+            let places = (self.entries.iter().enumerate())
+                .filter_map(|(position, entry)| {
+                    entry.map(|candidate| ordered.place(&candidate, position as u32))
+                })
+                .collect();
+            ordered.places = Some(places);
         }
     }
 
@@ -396,16 +475,21 @@ impl CandidatePool {
             .expect("a member's entry");
         self.summarize(position, Summary::HOLE);
         self.bytes -= entry.held;
-        if let Some(Ordered {
-            order,
-            from,
-            places: kept @ Some(_),
-        }) = &mut self.ordered
+        if let Some(
+            ordered @ Ordered {
+                places: Some(_), ..
+            },
+        ) = &mut self.ordered
         {
-            if self.members.len() < *from / 2 {
-                *kept = None;
-            } else if let Some(places) = kept {
-                places.remove(&order.place(&entry, position));
+            if self.members.len() < ordered.from / 2 {
+                ordered.places = None;
+                ordered.extras = Vec::new();
+            } else {
+                let place = ordered.place(&entry, position);
+                ordered.places.as_mut().expect("kept places").remove(&place);
+                if let Some(extra) = ordered.extras.get_mut(position as usize) {
+                    *extra = 0;
+                }
             }
         }
         if self.entries.len() > 64 && self.entries.len() > 2 * self.members.len() {
@@ -480,6 +564,14 @@ impl CandidatePool {
     }
 
     fn compact(&mut self) {
+        if let Some(ordered) = &mut self.ordered {
+            // Holes have no extra (removals zero it): keep the members'.
+            let mut position = 0;
+            ordered.extras.retain(|_| {
+                position += 1;
+                self.entries[position - 1].is_some()
+            });
+        }
         self.entries.retain(Option::is_some);
         self.summaries.retain(|summary| !summary.is_hole());
         for (position, candidate) in self.entries.iter().flatten().enumerate() {
@@ -488,6 +580,54 @@ impl CandidatePool {
         if self.order().is_some() {
             self.rebuild_order();
         }
+    }
+}
+
+/// What a heuristic may change in a [`CandidatePool`]: the extra cost
+/// counted in each member's [`PoolOrder::CostDensity`] key, which must
+/// stay a lower bound of what the heuristic's score adds to `c0` (else a
+/// search passes over a candidate it should choose). A member gets 0 when
+/// it enters the pool and whenever the places are dropped; the heuristic
+/// raises it after scoring the member and must lower it again before the
+/// next search wherever the added cost can fall.
+pub struct Bounds<'a> {
+    pool: &'a mut CandidatePool,
+}
+
+impl Bounds<'_> {
+    /// Whether the pool keeps places by [`PoolOrder::CostDensity`] keys
+    /// now: only then are extras kept, and worth maintaining.
+    pub fn kept(&self) -> bool {
+        self.pool.order() == Some(PoolOrder::CostDensity)
+    }
+
+    /// Counts `extra` beside `c0` in the key of `storage`, a storage of
+    /// `bytes` bytes (no-op unless it is a member and extras are kept; an
+    /// entry whose block is smaller than its storage, whose key counts no
+    /// cost, counts no extra either).
+    pub fn set(&mut self, storage: StorageId, extra: u64, bytes: u64) {
+        let Some(&position) = self.pool.members.get(storage) else {
+            return;
+        };
+        let candidate = self.pool.at(position);
+        let extra = if candidate.held >= bytes { extra } else { 0 };
+        let candidate = *candidate;
+        self.pool.set_extra_at(position, &candidate, extra);
+    }
+
+    /// Sets every member's extra to 0.
+    pub fn clear(&mut self) {
+        if let Some(ordered) = &mut self.pool.ordered {
+            if ordered.extras.iter().any(|&extra| extra > 0) {
+                ordered.extras = Vec::new();
+                self.pool.rebuild_order();
+            }
+        }
+    }
+
+    /// How many members there are.
+    pub fn members(&self) -> usize {
+        self.pool.len()
     }
 }
 
