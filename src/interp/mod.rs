@@ -715,7 +715,7 @@ impl<B: Backend> Interpreter<B> {
             }
         }
         self.table.check(graph)?;
-        (self.heuristic).check_bounds(self.table.pool(), graph)?;
+        self.heuristic.check_bounds(self.table.pool(), graph)?;
         for (id, t) in &graph.tensors {
             if t.user_refs == 0 && t.consumers.is_empty() && !self.config.retain_history {
                 return Err(format!("{id:?} is unneeded but not freed"));
