@@ -78,14 +78,17 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum RestoreMode {
     /// Its bytes are freed and it is recomputed from its history (DTR).
+    /// Storages that cannot be recomputed (puts, detached tensors) stay.
     #[default]
     Drop,
     /// It is copied to host memory and copied back; recomputed only when
-    /// host memory is full or the backend cannot swap.
+    /// host memory is full or the backend cannot swap. Storages that cannot
+    /// be recomputed are swapped too.
     Swap,
     /// Per storage, whichever the estimates make cheaper: the transfer
     /// (bytes over the swap bandwidth, less what overlapped with compute)
-    /// or the recomputation.
+    /// or the recomputation. Storages that cannot be recomputed are
+    /// swapped.
     Hybrid,
 }
 

@@ -19,20 +19,60 @@ const CASES: u32 = 20_000;
 /// One instruction; tensor operands index the live handles modulo their count.
 #[derive(Debug, Clone)]
 enum Step {
-    Put { rows: usize, seed: u32 },
-    Unary { op: usize, a: usize },
-    Binary { op: usize, a: usize, b: usize },
-    Scalar { a: usize, value: i8 },
-    MatMul { a: usize, b: usize },
-    Transpose { a: usize },
-    SliceRows { a: usize },
-    Concat { a: usize, b: usize },
-    SumKeep { a: usize },
-    Expand { a: usize },
-    Softmax { a: usize },
-    LayerNorm { a: usize },
-    Del { a: usize },
-    Get { a: usize },
+    Put {
+        rows: usize,
+        seed: u32,
+    },
+    Unary {
+        op: usize,
+        a: usize,
+    },
+    Binary {
+        op: usize,
+        a: usize,
+        b: usize,
+    },
+    Scalar {
+        a: usize,
+        value: i8,
+    },
+    MatMul {
+        a: usize,
+        b: usize,
+    },
+    Transpose {
+        a: usize,
+    },
+    SliceRows {
+        a: usize,
+    },
+    Concat {
+        a: usize,
+        b: usize,
+    },
+    SumKeep {
+        a: usize,
+    },
+    Expand {
+        a: usize,
+    },
+    Softmax {
+        a: usize,
+    },
+    LayerNorm {
+        a: usize,
+    },
+    Del {
+        a: usize,
+    },
+    Get {
+        a: usize,
+    },
+    /// Cuts a tensor's history, as a training loop does to its updated
+    /// parameters: a constant from then on (swapped, never recomputed).
+    Detach {
+        a: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -52,6 +92,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => i().prop_map(|a| Step::LayerNorm { a }),
         2 => i().prop_map(|a| Step::Del { a }),
         3 => i().prop_map(|a| Step::Get { a }),
+        1 => i().prop_map(|a| Step::Detach { a }),
     ]
 }
 
@@ -228,7 +269,8 @@ impl Runner {
             | Step::Softmax { a }
             | Step::LayerNorm { a }
             | Step::Del { a }
-            | Step::Get { a } => *a,
+            | Step::Get { a }
+            | Step::Detach { a } => *a,
         }) else {
             return Ok(());
         };
@@ -299,6 +341,11 @@ impl Runner {
                 reads.push(values.into_iter().map(f32::to_bits).collect());
                 Ok(())
             }
+            // A view cannot be detached: skipped, identically in every run.
+            Step::Detach { .. } => match self.with_oom_recovery(|dtr| dtr.detach(a)) {
+                Err(Error::InvalidArgument(message)) if message.contains("view") => Ok(()),
+                other => other,
+            },
         }
     }
 }

@@ -29,11 +29,31 @@ fn swapping(restore: RestoreMode, budget: u64, bandwidth: f64) -> Config {
         })
 }
 
+/// An interpreter swapping under `budget` whose input `x` (values `data`,
+/// else opaque) was put before the budget was set: nothing queues a copy of
+/// it, so it stays out of the queue's time and out of the candidates, and
+/// the clock below is the op outputs' alone. (Swapping constants out is
+/// `constants_leave_by_swap_and_come_back_by_copy`.)
+fn with_input<B: Backend>(
+    backend: B,
+    restore: RestoreMode,
+    budget: u64,
+    data: Option<&[f32]>,
+) -> (Interpreter<B>, TensorId) {
+    let config = swapping(restore, budget, 1e9);
+    let mut dtr = Interpreter::new(backend, config.with_budget(dtr::Budget::Unbounded)).unwrap();
+    let x = match data {
+        Some(values) => dtr.put(values, &[values.len()]),
+        None => dtr.put_opaque(BYTES),
+    }
+    .unwrap();
+    dtr.set_budget_bytes(Some(budget));
+    (dtr, x)
+}
+
 #[test]
 fn the_clock_waits_for_copies_as_worked_out_by_hand() {
-    let config = swapping(RestoreMode::Swap, 3 * BYTES, 1e9);
-    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
-    let x = dtr.put_opaque(BYTES).unwrap();
+    let (mut dtr, x) = with_input(SimulatorBackend::new(), RestoreMode::Swap, 3 * BYTES, None);
     // The clock starts at 1. `a` is made at 101; the idle queue writes it
     // back from then until 101 + 4096 = 4197.
     let a = exp(&mut dtr, x, 100);
@@ -123,10 +143,7 @@ fn prefetch_scenario<B: Backend>(dtr: &mut Interpreter<B>, x: TensorId) -> (Tens
 /// The simulator under `swap` with room for four storages, copies at
 /// 1 GB/s (a storage in 4096 cost units), and a put to start from.
 fn swapping_simulator() -> (Interpreter<SimulatorBackend>, TensorId) {
-    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
-    let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
-    let x = dtr.put_opaque(BYTES).unwrap();
-    (dtr, x)
+    with_input(SimulatorBackend::new(), RestoreMode::Swap, 4 * BYTES, None)
 }
 
 #[test]
@@ -147,9 +164,12 @@ fn prefetched_values_are_bitwise_those_of_the_unbounded_run() {
         unbounded.get_value(f).unwrap(),
     );
 
-    let config = swapping(RestoreMode::Swap, 4 * BYTES, 1e9);
-    let mut dtr = Interpreter::new(CpuBackend::new(), config).unwrap();
-    let x = dtr.put(&values, &[N]).unwrap();
+    let (mut dtr, x) = with_input(
+        CpuBackend::new(),
+        RestoreMode::Swap,
+        4 * BYTES,
+        Some(&values),
+    );
     let (a, f) = prefetch_scenario(&mut dtr, x);
     assert_eq!(
         (dtr.get_value(a).unwrap(), dtr.get_value(f).unwrap()),
@@ -259,6 +279,67 @@ fn swapped_values_are_bitwise_those_of_the_unbounded_run() {
     assert_eq!(chain(&mut dtr, 1_000_000), expected);
     assert!(dtr.stats().swap_ins > 0);
     assert_eq!(dtr.stats().rematerializations, 0);
+}
+
+/// Three puts fill the budget: nothing can be recomputed, so only
+/// swapping a constant out makes room, and it comes back by copy.
+#[test]
+fn constants_leave_by_swap_and_come_back_by_copy() {
+    let weights: Vec<Vec<f32>> = (0..3)
+        .map(|k| (0..N).map(|i| (i + k) as f32 / N as f32 - 0.5).collect())
+        .collect();
+    let run = |restore: RestoreMode| -> dtr::Result<(Vec<Vec<f32>>, dtr::Stats)> {
+        let mut dtr = Interpreter::new(CpuBackend::new(), swapping(restore, 3 * BYTES, 1e9))?;
+        let w: Vec<TensorId> = weights
+            .iter()
+            .map(|values| dtr.put(values, &[N]))
+            .collect::<dtr::Result<_>>()?;
+        let y = dtr.apply_op_with_cost(Op::Unary(UnaryOp::Exp), &[w[1]], 100);
+        dtr.check_invariants().unwrap();
+        let y = y?[0];
+        let mut read: Vec<Vec<f32>> = Vec::new();
+        for &t in w.iter().chain([&y]) {
+            read.push(dtr.get_value(t)?);
+            dtr.check_invariants().unwrap();
+        }
+        for t in w.into_iter().chain([y]) {
+            dtr.del(t)?;
+        }
+        assert_eq!(dtr.tracked_storages(), 0);
+        assert_eq!(
+            dtr.memory().host_bytes,
+            0,
+            "host copies are freed with their storages"
+        );
+        Ok((read, dtr.stats().clone()))
+    };
+    // Dropping cannot make room: an error, with everything still consistent.
+    assert!(matches!(
+        run(RestoreMode::Drop),
+        Err(Error::OutOfMemory { .. })
+    ));
+    let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+    let w1 = unbounded.put(&weights[1], &[N]).unwrap();
+    let y = exp(&mut unbounded, w1, 100);
+    let expected_y = unbounded.get_value(y).unwrap();
+    for restore in [RestoreMode::Swap, RestoreMode::Hybrid] {
+        let (read, stats) = run(restore).unwrap();
+        assert_eq!(
+            read[..3],
+            weights[..],
+            "{restore}: the weights, bit for bit"
+        );
+        assert_eq!(read[3], expected_y, "{restore}");
+        assert!(
+            stats.swap_outs >= 1 && stats.swap_ins >= 1,
+            "{restore}: {stats:?}"
+        );
+        if restore == RestoreMode::Swap {
+            assert_eq!(stats.rematerializations, 0, "everything comes back by copy");
+        }
+        // The first victim, `w[0]`, waited for the copy queue to write it.
+        assert!(stats.swap_stall >= 4096, "{restore}: {stats:?}");
+    }
 }
 
 #[test]

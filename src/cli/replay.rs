@@ -105,12 +105,26 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         ),
         _ => None,
     };
+    // And whether swapping would complete at this very budget: near a full
+    // budget most of memory is parameters, optimiser state and gradients,
+    // which only a copy to host memory can free.
+    let by_swap = match report_stopped(&outcome) {
+        true if suggestion.is_some() && spec.restore == RestoreMode::Drop => {
+            let hybrid = RunSpec {
+                restore: RestoreMode::Hybrid,
+                ..spec.clone()
+            };
+            Some(hybrid.run(&workload)?).filter(|swapped| !report_stopped(swapped))
+        }
+        _ => None,
+    };
     let finished = Finished {
         args: &args,
         spec: &spec,
         workload: &workload,
         outcome: &outcome,
         suggestion: suggestion.as_ref(),
+        by_swap: by_swap.as_ref(),
     };
     if args.json {
         println!("{}", finished.to_json());
@@ -211,6 +225,9 @@ struct Finished<'a> {
     workload: &'a Workload,
     outcome: &'a dtr::experiments::Outcome,
     suggestion: Option<&'a dtr::experiments::fit::Fit>,
+    /// The same run under `--restore hybrid`, when that completes where
+    /// this one stopped.
+    by_swap: Option<&'a dtr::experiments::Outcome>,
 }
 
 impl Finished<'_> {
@@ -247,6 +264,7 @@ impl Finished<'_> {
             "message": report.message,
             "suggested_ratio": suggestion.and_then(|f| f.ratio),
             "suggested_budget_bytes": suggestion.and_then(|f| f.budget_bytes),
+            "hybrid_overhead": self.by_swap.map(|o| o.overhead),
             "fragmentation": arena.map(|a| a.fragmentation),
             "largest_free_bytes": arena.map(|a| a.largest_free_bytes),
             "free_blocks": arena.map(|a| a.free_blocks),
@@ -320,6 +338,15 @@ impl Finished<'_> {
                     spec.thrash_limit
                 ),
             }
+        }
+        if let Some(swapped) = self.by_swap {
+            println!(
+                "  or              --restore hybrid completes at this budget (overhead {:.4}, \
+                 {} storages swapped to host memory at {} GB/s)",
+                swapped.overhead,
+                swapped.report.stats.swap_outs,
+                spec.swap.bandwidth / 1e9
+            );
         }
     }
 }

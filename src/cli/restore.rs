@@ -28,4 +28,6 @@ impl SwapArgs {
 
 /// The help of `--restore`.
 pub const RESTORE_HELP: &str = "How evicted tensors come back: `drop` recomputes them (DTR); `swap` \
-copies them to host memory and back; `hybrid` picks per tensor whichever the estimates make cheaper";
+copies them to host memory and back; `hybrid` picks per tensor whichever the estimates make cheaper. \
+Under both, tensors that cannot be recomputed (parameters, optimiser state, gradients) may be \
+swapped too";

@@ -21,6 +21,8 @@ pub(super) enum RoomFor<'a> {
         rematerializing: bool,
     },
     Put(&'a [usize]),
+    /// A constant (put or detached tensor) copied back from host memory.
+    CopyBack,
 }
 
 impl<B: Backend> Interpreter<B> {
@@ -68,9 +70,14 @@ impl<B: Backend> Interpreter<B> {
             if let Some(blocks) = self.table.reserve(sizes) {
                 return Ok(blocks);
             }
-            let memory = self.table.memory();
             let stuck = self.table.pool().is_empty()
-                || !memory.could_fit(sizes, self.table.unevictable_bytes());
+                || !self
+                    .table
+                    .memory()
+                    .could_fit(sizes, self.table.unevictable_bytes());
+            if stuck && self.copy_out_a_constant() {
+                continue;
+            }
             if stuck && !held_back.is_empty() {
                 // The last resort: what was held back is a candidate again.
                 guard = false;
@@ -83,7 +90,9 @@ impl<B: Backend> Interpreter<B> {
                 return Err(self.out_of_memory(requested, purpose));
             }
             let largest = sizes.iter().copied().max().unwrap_or(0);
-            let request = memory
+            let request = self
+                .table
+                .memory()
                 .arena()
                 .and_then(|arena| arena.aligned(largest))
                 .unwrap_or(largest);
@@ -190,6 +199,7 @@ impl<B: Backend> Interpreter<B> {
                 }
             }
             RoomFor::Put(dims) => format!("put of shape {dims:?}"),
+            RoomFor::CopyBack => "copy of a swapped-out constant back from host memory".to_string(),
         };
         let counter = self.table.counter();
         let in_use_bytes = counter.in_use_bytes();

@@ -257,6 +257,10 @@ impl<B: Backend> Interpreter<B> {
             consumers: Consumers::default(),
         });
         self.graph.storages[storage].tensors.push(tensor);
+        self.refresh_storage_cost(storage);
+        // An idle copy queue starts on it at once.
+        self.queue_write_back(storage);
+        self.write_back();
         tensor
     }
 
@@ -422,6 +426,13 @@ impl<B: Backend> Interpreter<B> {
     /// needs the old value any more. Returns the tensors it detached.
     pub fn preserve_dependents(&mut self, tensor: TensorId) -> Result<Vec<TensorId>> {
         let storage = self.live_tensor(tensor)?.storage;
+        if self.table.host_copy_ready_at(storage).is_some() {
+            // The host copy is about to be stale: the value comes back to
+            // the device first (a constant may be only on the host).
+            self.ensure_defined(tensor)?;
+            self.table.drop_host_copy(storage);
+            self.table.refresh_candidacy(&self.graph, storage);
+        }
         let mut visited: SecondaryMap<NodeId, ()> = SecondaryMap::new();
         let mut stack: Vec<NodeId> = Vec::new();
         for &t in &self.graph.storages[storage].tensors {
@@ -651,9 +662,15 @@ impl<B: Backend> Interpreter<B> {
         self.table.refresh_record(&self.graph, storage);
     }
 
-    /// Recomputes `c0` of `storage` after its set of tensors changed.
+    /// Recomputes `c0` of `storage` after its set of tensors changed. When
+    /// swapping, a storage that cannot be recomputed comes back by copy, so
+    /// its `c0` is the transfer: the heuristics price it like any other.
     fn refresh_storage_cost(&mut self, storage: StorageId) {
         self.graph.refresh_storage_cost(storage);
+        let info = &mut self.graph.storages[storage];
+        if !info.recomputable && self.config.restore != crate::config::RestoreMode::Drop {
+            info.cost = self.config.swap.transfer_cost(info.bytes);
+        }
         self.table.refresh_record(&self.graph, storage);
     }
 

@@ -74,13 +74,16 @@ impl<B: Backend> Interpreter<B> {
         false
     }
 
-    /// Eager eviction: evicts `storage` if no view of it has a handle left.
+    /// Eager eviction: evicts `storage` if no view of it has a handle left
+    /// (constants are left to the policy: they leave only by swap, which
+    /// may wait for the copy queue).
     fn evict_if_unreferenced(&mut self, storage: StorageId) {
         let info = &self.graph.storages[storage];
-        let unreferenced = info
-            .tensors
-            .iter()
-            .all(|&t| self.graph.tensors[t].user_refs == 0);
+        let unreferenced = info.recomputable
+            && info
+                .tensors
+                .iter()
+                .all(|&t| self.graph.tensors[t].user_refs == 0);
         if unreferenced && self.table.pool().contains(storage) {
             self.evict(storage, true, None);
         }
@@ -108,6 +111,10 @@ impl<B: Backend> Interpreter<B> {
         info.recomputable = false;
         self.refresh_storage_cost(storage);
         self.table.refresh_candidacy(&self.graph, storage);
+        if self.table.host_copy_ready_at(storage).is_none() {
+            self.queue_write_back(storage);
+            self.write_back();
+        }
         let mut unneeded = Vec::new();
         self.release_output(node, k, &mut unneeded);
         self.free_all(unneeded);

@@ -55,7 +55,8 @@ pub(super) struct StorageTable<B: Backend> {
     /// `host_bytes`. Apart from `slots`: few storages have one, and every
     /// storage has a slot.
     host_copies: HashMap<StorageId, HostCopy, foldhash::fast::RandomState>,
-    /// Resident, recomputable, unlocked and unpinned storages.
+    /// Resident, unlocked and unpinned storages that can come back:
+    /// recomputable, or with a host copy (see [`StorageTable::restorable`]).
     pool: CandidatePool,
     /// Bytes of the resident storages that are not recomputable (puts,
     /// detached tensors), and their high-water mark.
@@ -283,7 +284,39 @@ impl<B: Backend> StorageTable<B> {
         Ok(())
     }
 
-    /// Forgets the host copy of `storage`, if it has one.
+    /// Whether `storage` could come back after an eviction: by recomputation,
+    /// or from its host copy. A storage that is not recomputable (a put, a
+    /// detached tensor) is evicted only once it has a host copy, and only
+    /// by swapping; it keeps that copy while it lives.
+    pub(super) fn restorable(&self, graph: &Graph, storage: StorageId) -> bool {
+        graph.storages[storage].recomputable || self.host_copies.contains_key(&storage)
+    }
+
+    /// The resident constant accessed longest ago that has no host copy,
+    /// is neither locked nor pinned, and whose copy fits in host memory
+    /// under `limit` (ties: the lowest id, so runs are deterministic).
+    /// A scan of every storage: it runs only when nothing else can be
+    /// evicted.
+    pub(super) fn stalest_uncopied_constant(
+        &self,
+        graph: &Graph,
+        limit: Option<u64>,
+    ) -> Option<StorageId> {
+        self.slots
+            .iter()
+            .filter(|(id, slot)| {
+                slot.constant
+                    && slot.locks == 0
+                    && slot.pins == 0
+                    && !self.host_copies.contains_key(id)
+                    && self.host_has_room(graph, *id, limit)
+            })
+            .min_by_key(|&(id, _)| (graph.storages[id].last_access, id))
+            .map(|(id, _)| id)
+    }
+
+    /// Forgets the host copy of `storage`, if it has one (the caller then
+    /// refreshes its candidacy if it is not recomputable).
     pub(super) fn drop_host_copy(&mut self, storage: StorageId) {
         if self.host_copies.is_empty() {
             return; // the common case, without hashing
@@ -359,6 +392,7 @@ impl<B: Backend> StorageTable<B> {
     /// (after it stops or starts being recomputable, say).
     pub(super) fn refresh_candidacy(&mut self, graph: &Graph, storage: StorageId) {
         let info = &graph.storages[storage];
+        let restorable = self.restorable(graph, storage);
         let slot = &mut self.slots[storage];
         let held = self
             .blocks
@@ -370,7 +404,7 @@ impl<B: Backend> StorageTable<B> {
             self.constant_bytes += held;
             self.constant_peak_bytes = self.constant_peak_bytes.max(self.constant_bytes);
         }
-        if info.is_resident() && info.recomputable && slot.locks == 0 && slot.pins == 0 {
+        if info.is_resident() && restorable && slot.locks == 0 && slot.pins == 0 {
             self.pool.insert(storage, held, info);
         } else {
             self.pool.remove(storage);
@@ -522,7 +556,7 @@ impl<B: Backend> StorageTable<B> {
             if slot.constant != (info.is_resident() && !info.recomputable) {
                 return Err(format!("{id:?} is miscounted as a constant"));
             }
-            let evictable = info.is_resident() && info.recomputable && slot.pins == 0;
+            let evictable = info.is_resident() && self.restorable(graph, id) && slot.pins == 0;
             if evictable != self.pool.contains(id) {
                 return Err(format!(
                     "{id:?} evictable={evictable} but pool membership differs"

@@ -8,10 +8,19 @@
 //! each way (GPUs copy both ways at once over full-duplex links), run beside
 //! compute; each moves [`SwapConfig::bandwidth`] bytes per second, one
 //! transfer at a time.
-//! - **Write-back.** While ops run, the queue copies the recomputable
-//!   storages they make to host memory, oldest first, as far as its time and
-//!   the host memory limit allow. Evicting a storage whose copy is complete
-//!   frees its bytes at once, with no stall: that copy overlapped compute.
+//! - **Write-back.** While ops run, the queue copies the storages they
+//!   make to host memory, oldest first, as far as its time and the host
+//!   memory limit allow. Evicting a storage whose copy is complete frees
+//!   its bytes at once, with no stall: that copy overlapped compute.
+//! - **Constants.** A storage that cannot be recomputed (parameters,
+//!   optimiser state, accumulated gradients) becomes an eviction candidate
+//!   once it has a host copy, priced by its transfer as its `c0`; it only
+//!   ever leaves by swap and comes back by copy. The queue copies constants
+//!   when it has no op output left to copy, and when nothing else can make
+//!   room, the stalest constant is copied on demand (the clock stalls).
+//!   Near a full budget these are most of what is resident. Copying them
+//!   ahead of op outputs measured worse on the authors' logs (the queue's
+//!   time went to parameters that were never evicted).
 //! - **Swap-out on demand.** Evicting by swap a storage without a complete
 //!   copy waits for the copy to finish (compute cannot reuse the bytes
 //!   before): the clock stalls.
@@ -52,6 +61,8 @@ pub(super) struct CopyQueue {
     to_host_until: u64,
     to_device_until: u64,
     write_back: VecDeque<(StorageId, u64)>,
+    /// Constants to write back once `write_back` is empty.
+    constants: VecDeque<(StorageId, u64)>,
     /// The order in which swapping first saw each storage made.
     born: SecondaryMap<StorageId, u64>,
     next_born: u64,
@@ -88,14 +99,16 @@ impl<B: Backend> Interpreter<B> {
         !self.copies.unread.is_empty()
     }
 
-    /// Queues a storage an op just made for write-back, when swapping under
-    /// a budget.
+    /// Queues a storage just made (by an op, a put or a detach) for
+    /// write-back, when swapping under a budget.
     pub(super) fn queue_write_back(&mut self, storage: StorageId) {
         let budgeted = self.table.counter().budget_bytes().is_some();
-        if self.swapping() && budgeted && self.graph.storages[storage].recomputable {
-            self.copies
-                .write_back
-                .push_back((storage, self.graph.clock));
+        if self.swapping() && budgeted {
+            let queue = match self.graph.storages[storage].recomputable {
+                true => &mut self.copies.write_back,
+                false => &mut self.copies.constants,
+            };
+            queue.push_back((storage, self.graph.clock));
             if !self.copies.born.contains_key(storage) {
                 self.copies.born.insert(storage, self.copies.next_born);
                 self.copies.next_born += 1;
@@ -107,19 +120,23 @@ impl<B: Backend> Interpreter<B> {
     /// clock (the last copy may end after it). Storages that are gone, or
     /// that do not fit in host memory, are skipped.
     pub(super) fn write_back(&mut self) {
-        if self.copies.write_back.is_empty() {
+        if self.copies.write_back.is_empty() && self.copies.constants.is_empty() {
             return; // not swapping, or nothing made since
         }
         let limit = self.config.swap.host_memory;
         while self.copies.to_host_until < self.graph.clock {
-            let Some((storage, made_at)) = self.copies.write_back.pop_front() else {
+            let queue = &mut self.copies;
+            let Some((storage, made_at)) = queue
+                .write_back
+                .pop_front()
+                .or_else(|| queue.constants.pop_front())
+            else {
                 break;
             };
             let Some(info) = self.graph.storages.get(storage) else {
                 continue;
             };
             if !info.is_resident()
-                || !info.recomputable
                 || self.table.host_copy_ready_at(storage).is_some()
                 || !self.table.host_has_room(&self.graph, storage, limit)
             {
@@ -133,6 +150,8 @@ impl<B: Backend> Interpreter<B> {
             {
                 Ok(()) => {
                     self.copies.to_host_until = end;
+                    // A constant may be evicted from now on.
+                    self.table.refresh_candidacy(&self.graph, storage);
                     let event = RunEvent::HostCopied {
                         storage,
                         bytes: info.bytes,
@@ -146,17 +165,54 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
+    /// The last resort when no candidate is left to make room: copies the
+    /// stalest constant that has no host copy yet, is held by no op or
+    /// pin, and fits in host memory, behind whatever the queue is writing;
+    /// it is then a candidate, and evicting it waits for the copy.
+    /// Returns whether there was one.
+    pub(super) fn copy_out_a_constant(&mut self) -> bool {
+        if !self.swapping() {
+            return false;
+        }
+        let limit = self.config.swap.host_memory;
+        let Some(storage) = self.table.stalest_uncopied_constant(&self.graph, limit) else {
+            return false;
+        };
+        let bytes = self.graph.storages[storage].bytes;
+        let start = self.graph.clock.max(self.copies.to_host_until);
+        let end = start.saturating_add(self.config.swap.transfer_cost(bytes));
+        if let Err(error) = self
+            .table
+            .copy_to_host(&self.graph, storage, &mut self.backend, end)
+        {
+            tracing::warn!(target: "dtr::swap", %error, "copying a constant out failed");
+            return false;
+        }
+        self.copies.to_host_until = end;
+        self.table.refresh_candidacy(&self.graph, storage);
+        let event = RunEvent::HostCopied { storage, bytes };
+        self.observers.notify(&event, &self.graph);
+        true
+    }
+
     /// Prepares to evict `storage`: whether it can then come back from a
     /// host copy. A complete copy costs nothing; otherwise, if swapping
     /// pays (always under `swap`, by the estimates under `hybrid`) and host
     /// memory has room, the clock stalls until its copy is written. A copy
     /// still being written is abandoned if not waited for (its bytes are
     /// about to be reused). Eager evictions (of storages nothing holds)
-    /// never wait.
+    /// never wait. A constant always has a copy (else it is no candidate)
+    /// and always waits for it.
     pub(super) fn swap_out(&mut self, storage: StorageId, eager: bool) -> bool {
         let now = self.graph.clock;
         let ready_at = self.table.host_copy_ready_at(storage);
         if ready_at.is_some_and(|ready| ready <= now) {
+            return true;
+        }
+        if !self.graph.storages[storage].recomputable {
+            let ready = ready_at.expect("a constant is a candidate only with a host copy");
+            debug_assert!(!eager, "constants are not evicted eagerly");
+            self.stall_until(ready);
             return true;
         }
         let bytes = self.graph.storages[storage].bytes;
@@ -195,10 +251,14 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// Whether evicted `storage` comes back from its host copy (else it is
-    /// recomputed): under `hybrid`, when the transfer is estimated cheaper.
+    /// recomputed): under `hybrid`, when the transfer is estimated cheaper;
+    /// always for a constant, which cannot be recomputed.
     pub(super) fn restores_from_host(&self, storage: StorageId) -> bool {
         if self.table.host_copy_ready_at(storage).is_none() {
             return false;
+        }
+        if !self.graph.storages[storage].recomputable {
+            return true;
         }
         match self.config.restore {
             RestoreMode::Drop => false,
@@ -217,12 +277,12 @@ impl<B: Backend> Interpreter<B> {
         self.abort_prefetches();
         let info = &self.graph.storages[storage];
         let (bytes, root) = (info.bytes, info.tensors[0]);
-        let node = self.graph.tensors[root]
-            .producer
-            .expect("only recomputable storages are evicted");
-        let room = RoomFor::Op {
-            node,
-            rematerializing: true,
+        let room = match self.graph.tensors[root].producer {
+            Some(node) => RoomFor::Op {
+                node,
+                rematerializing: true,
+            },
+            None => RoomFor::CopyBack,
         };
         let block = self.reserve(&[bytes], room)?[0];
         let at = self.table.memory().arena().is_some().then_some(block);
