@@ -252,8 +252,19 @@ def test_command_line_records_a_torchvision_model(tmp_path):
     assert "aten.convolution.default" in ops and "aten.convolution_backward.default" in ops
 
 
+def test_command_line_records_the_bench_lstm_language_model(tmp_path):
+    out = tmp_path / "lstm.jsonl"
+    result = run_cli("--model", "bench:lstm", "--quick", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    ops = {e["op"] for e in applies(read(out))}
+    assert "aten.embedding.default" in ops and "aten.embedding_dense_backward.default" in ops
+    report = replay(out, 0.8)
+    assert report["status"] == "ok", report
+
+
 @pytest.mark.parametrize("args, message", [
     (["--model", "resnet50"], "expected SOURCE:NAME"),
+    (["--model", "bench:vgg"], "expected one of gpt2, lstm, resnet50"),
     (["--model", "torchvision:resnet51"], "resnet51"),
     (["--model", "transformers:gpt2", "--config", "n_layer"], "expected key=value"),
     (["--model", "torchvision:resnet18", "--batch", "0"], "--batch must be at least 1"),

@@ -9,9 +9,14 @@ steps into a dtr trace with :func:`dtr.torch.record`; replay it with
   transformers:NAME     a model built from ``transformers.AutoConfig.for_model(NAME)``
                         with ``--config key=value,...`` overrides, on random tokens;
                         a causal or masked language-model head when NAME has one
+  bench:NAME            a workload of ``python -m dtr.torch.bench`` (resnet50, gpt2,
+                        lstm) with its own sizes, batch and optimizer (``--quick``:
+                        its tiny sizes); ``--batch``, ``--optimizer`` and ``--lr`` do
+                        not apply
   MODULE:FACTORY        ``FACTORY()`` returns an nn.Module taking an image batch
 
-for example ``--model transformers:gpt2 --config n_layer=4,n_embd=256,n_head=4``.
+for example ``--model transformers:gpt2 --config n_layer=4,n_embd=256,n_head=4``,
+or ``--model bench:lstm`` for the LSTM language model.
 (Import the function as ``from dtr.torch import record``.)
 """
 
@@ -113,11 +118,32 @@ def transformers_model(name: str, args) -> Tuple[torch.nn.Module, Step]:
     return model, step
 
 
+def bench_model(name: str, args) -> Tuple[torch.nn.Module, Step, torch.optim.Optimizer]:
+    from dtr.torch import bench
+
+    build = bench.WORKLOADS.get(name)
+    if build is None:
+        raise SystemExit(f"--model bench:{name}: no such workload; "
+                         f"expected one of {', '.join(sorted(bench.WORKLOADS))}")
+    try:
+        workload = build(args.quick, False)
+    except ImportError as error:
+        raise SystemExit(f"--model bench:{name}: {error}")
+    model = workload.model.to(args.device)
+    optimizer = workload.make_optimizer(model.parameters())
+
+    def step(i: int) -> torch.Tensor:
+        batch = workload.make_batch(torch.Generator().manual_seed(args.seed + i))
+        return workload.loss(model, bench._to(batch, torch.device(args.device)))
+
+    return model, step, optimizer
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dtr.torch.record", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True,
-                        help="torchvision:NAME, transformers:NAME or MODULE:FACTORY")
+                        help="torchvision:NAME, transformers:NAME, bench:NAME or MODULE:FACTORY")
     parser.add_argument("--config", default="", help="transformers config overrides, key=value,...")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--image", type=int, default=224, help="image side in pixels")
@@ -128,6 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--steps", type=int, default=1, help="training steps recorded")
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded steps first")
+    parser.add_argument("--quick", action="store_true", help="bench:NAME at its tiny sizes")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the trace file to write (.jsonl)")
@@ -142,17 +169,20 @@ def main(argv=None) -> int:
         raise SystemExit(f"--model {args.model!r}: expected SOURCE:NAME, e.g. torchvision:resnet50")
 
     torch.manual_seed(args.seed)
-    if source == "transformers":
-        model, step = transformers_model(name, args)
-        optimizer_name = args.optimizer or "adamw"
+    if source == "bench":
+        model, step, optimizer = bench_model(name, args)
     else:
-        model, step = image_model(args.model, args)
-        optimizer_name = args.optimizer or "sgd"
+        if source == "transformers":
+            model, step = transformers_model(name, args)
+            optimizer_name = args.optimizer or "adamw"
+        else:
+            model, step = image_model(args.model, args)
+            optimizer_name = args.optimizer or "sgd"
+        if optimizer_name == "sgd":
+            optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     model.train()
-    if optimizer_name == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     def train(i: int) -> None:
         loss = step(i)
