@@ -634,8 +634,12 @@ proptest! {
         let mut recorded = Runner::prepared(config, |dtr| dtr.record_plan().unwrap());
         let observed = recorded.run(&program);
         prop_assert_eq!(&observed, &expected);
-        // A run that needed more memory than its budget has no plan to keep.
-        prop_assume!(!recorded.hit_oom);
+        // A run that needed more memory than its budget has no plan to keep
+        // (not a rejection: with detached tensors, about 1.4% of programs
+        // do, past proptest's 1,024 rejections in the long runs).
+        if recorded.hit_oom {
+            return Ok(());
+        }
         let record = recorded.dtr.plan_record().unwrap();
         let lifetimes: Vec<packing::Lifetime> = record
             .lifetimes

@@ -466,3 +466,40 @@ fn replay_restores_by_the_mode_asked_from_the_command_line() {
     // Transfers of these small tensors cost little against their ops.
     assert!(swapped["overhead"].as_f64() < dropped["overhead"].as_f64());
 }
+
+/// ViT-B/16 at batch 2, recorded from PyTorch: its parameters, momentum and
+/// gradients alone pass 0.9 of its peak, so dropping cannot run there and
+/// the replay names `--restore hybrid`, which swaps them and completes, in
+/// counter and in arena memory, within the budget.
+#[test]
+fn a_near_full_budget_completes_by_swapping_constants() {
+    let trace =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/pytorch/vit_b_16-b2.jsonl");
+    let replay = |args: &[&str]| -> serde_json::Value {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_dtr"))
+            .args([
+                "replay",
+                trace.to_str().unwrap(),
+                "--ratio",
+                "0.9",
+                "--json",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let dropped = replay(&[]);
+    assert_eq!(dropped["status"], "oom");
+    assert!(dropped["hybrid_overhead"].as_f64().is_some(), "{dropped}");
+    for memory in ["counter", "arena"] {
+        let swapped = replay(&["--restore", "hybrid", "--memory", memory, "--no-suggest"]);
+        assert_eq!(swapped["status"], "ok", "{memory}: {swapped}");
+        assert!(swapped["peak_bytes"].as_u64() <= swapped["budget_bytes"].as_u64());
+        assert!(swapped["swap_outs"].as_u64().unwrap() > 0, "{swapped}");
+        assert!(
+            swapped["overhead"].as_f64().unwrap() < 1.1,
+            "{memory}: {swapped}"
+        );
+    }
+}
