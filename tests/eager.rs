@@ -2,7 +2,7 @@
 //! training under a budget equal to the unbounded run, bit for bit.
 
 use dtr::eager::{nn, optim, Session, Tensor};
-use dtr::{Config, CpuBackend, Window2d};
+use dtr::{Config, CpuBackend, RestoreMode, Window2d};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 type T = Tensor<CpuBackend>;
@@ -182,15 +182,24 @@ fn train_transformer_marking(
     mark_steps: bool,
 ) -> (Vec<f32>, u64, dtr::Stats, usize) {
     let config = Config::default().with_budget(budget.into());
-    let s = Session::new(CpuBackend::new(), config).unwrap();
+    try_train_transformer(config, steps, mark_steps).unwrap()
+}
+
+/// [`train_transformer_marking`] under any config, failing as the session does.
+fn try_train_transformer(
+    config: Config,
+    steps: usize,
+    mark_steps: bool,
+) -> dtr::Result<(Vec<f32>, u64, dtr::Stats, usize)> {
+    let s = Session::new(CpuBackend::new(), config)?;
     let mut rng = s.rng(3);
     let (vocab, dim, time, batch) = (11, 16, 16, 16);
-    let embed = nn::Embedding::new(&s, vocab, dim, &mut rng).unwrap();
+    let embed = nn::Embedding::new(&s, vocab, dim, &mut rng)?;
     let blocks: Vec<_> = (0..6)
-        .map(|_| nn::DecoderBlock::new(&s, dim, 2, &mut rng).unwrap())
-        .collect();
-    let norm = nn::LayerNorm::new(&s, dim).unwrap();
-    let head = nn::Linear::new(&s, dim, vocab, &mut rng).unwrap();
+        .map(|_| nn::DecoderBlock::new(&s, dim, 2, &mut rng))
+        .collect::<dtr::Result<_>>()?;
+    let norm = nn::LayerNorm::new(&s, dim)?;
+    let head = nn::Linear::new(&s, dim, vocab, &mut rng)?;
     let mut params = embed.params();
     for b in &blocks {
         params.extend(b.params());
@@ -198,7 +207,7 @@ fn train_transformer_marking(
     params.extend(norm.params());
     params.extend(head.params());
     let mut adam = optim::Adam::new(1e-2);
-    let mask = nn::causal_mask(&s, time).unwrap();
+    let mask = nn::causal_mask(&s, time)?;
     let tokens: Vec<f32> = (0..batch * (time + 1))
         .map(|i| ((i * 7) % vocab) as f32)
         .collect();
@@ -208,31 +217,29 @@ fn train_transformer_marking(
     let targets: Vec<f32> = (0..batch)
         .flat_map(|b| tokens[b * (time + 1) + 1..][..time].to_vec())
         .collect();
-    let x = s.tensor(&inputs, &[batch, time]).unwrap();
-    let y = s.tensor(&targets, &[batch * time]).unwrap();
+    let x = s.tensor(&inputs, &[batch, time])?;
+    let y = s.tensor(&targets, &[batch * time])?;
     let mut losses = Vec::new();
     for _ in 0..steps {
-        let mut h = embed.forward(&x).unwrap();
+        let mut h = embed.forward(&x)?;
         for b in &blocks {
-            h = b.forward(&h, &mask).unwrap();
+            h = b.forward(&h, &mask)?;
         }
         let logits = head
-            .forward(&norm.forward(&h).unwrap())
-            .unwrap()
-            .reshape(&[batch * time, vocab])
-            .unwrap();
-        let loss = logits.cross_entropy(&y).unwrap();
-        losses.push(loss.item().unwrap());
-        loss.backward().unwrap();
-        adam.step(&params).unwrap();
+            .forward(&norm.forward(&h)?)?
+            .reshape(&[batch * time, vocab])?;
+        let loss = logits.cross_entropy(&y)?;
+        losses.push(loss.item()?);
+        loss.backward()?;
+        adam.step(&params)?;
         if mark_steps {
-            s.mark_step().unwrap();
+            s.mark_step()?;
         }
     }
     let (peak, stats) = (s.memory().peak_bytes, s.stats());
     drop((embed, blocks, norm, head, params, adam, mask, x, y));
     let left = s.with_interpreter(|dtr| dtr.tracked_tensors());
-    (losses, peak, stats, left)
+    Ok((losses, peak, stats, left))
 }
 
 #[test]
@@ -272,4 +279,32 @@ fn a_transformer_trains_under_a_budget_bitwise_like_unbounded() {
         assert_eq!(bits(&losses), bits(&baseline), "ratio {ratio}");
         assert_eq!(left, 0);
     }
+}
+
+/// Under `hybrid`, the parameters and Adam's moments (constants: no history
+/// recomputes them) may leave for host memory, so training runs under a
+/// budget at which dropping alone runs out of memory, bit for bit like the
+/// unbounded run.
+#[test]
+fn parameters_and_optimiser_state_swap_below_what_dropping_allows() {
+    let steps = 3;
+    let (baseline, peak, _, _) = train_transformer(None, steps);
+    let budget = (peak as f64 * 0.12) as u64;
+    let config = |restore| {
+        Config::default()
+            .with_budget_bytes(budget)
+            .with_restore(restore)
+    };
+    let dropped = try_train_transformer(config(RestoreMode::Drop), steps, false);
+    assert!(matches!(dropped, Err(dtr::Error::OutOfMemory { .. })));
+    let (losses, budgeted_peak, stats, left) =
+        try_train_transformer(config(RestoreMode::Hybrid), steps, false).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&losses), bits(&baseline));
+    assert!(budgeted_peak <= budget);
+    assert!(
+        stats.swap_outs > 0 && stats.swap_ins + stats.prefetches > 0,
+        "{stats:?}"
+    );
+    assert_eq!(left, 0);
 }

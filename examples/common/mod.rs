@@ -42,6 +42,11 @@ pub struct RunArgs {
     /// are bitwise the same for any count.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// How evicted tensors come back: `drop` recomputes them; `swap` and
+    /// `hybrid` may copy them (parameters and optimiser state included) to
+    /// host memory and back, at 16 GB/s on the copy queue's clock.
+    #[arg(long, value_enum, default_value = "drop")]
+    pub restore: dtr::RestoreMode,
 }
 
 /// A model and its data, trained for some steps in a session; its flags
@@ -103,7 +108,8 @@ fn train_once<B: Backend, M: Model>(
 ) -> dtr::Result<Run> {
     let config = Config::default()
         .with_heuristic(args.policy.clone())
-        .with_budget(budget.into());
+        .with_budget(budget.into())
+        .with_restore(args.restore);
     let session = Session::new(backend, config)?;
     let io = |path: &PathBuf, e: std::io::Error| {
         dtr::Error::InvalidArgument(format!("--record {}: {e}", path.display()))

@@ -73,7 +73,7 @@ impl<B: Backend> Session<B> {
         Ok(Tensor::wrap(self, id, None))
     }
 
-    /// A trainable parameter initialised from data; it is pinned.
+    /// A trainable parameter initialised from data.
     pub fn param(&self, data: &[f32], dims: &[usize]) -> Result<Param<B>> {
         Param::new(self, data, dims)
     }

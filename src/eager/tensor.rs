@@ -653,7 +653,9 @@ impl<B: Backend> ParamInner<B> {
     }
 }
 
-/// A trainable tensor: pinned (never evicted), with an accumulated gradient.
+/// A trainable tensor, with an accumulated gradient. Its value is a
+/// constant (a put, then a detached tensor): never recomputed, and evicted
+/// only by swapping it to host memory (`RestoreMode::Swap` or `Hybrid`).
 /// Cloning gives another handle to the same parameter.
 pub struct Param<B: Backend>(Rc<ParamInner<B>>);
 
@@ -665,11 +667,7 @@ impl<B: Backend> Clone for Param<B> {
 
 impl<B: Backend> Param<B> {
     pub(crate) fn new(session: &Session<B>, data: &[f32], dims: &[usize]) -> Result<Param<B>> {
-        let id = session.with_interpreter(|dtr| -> Result<TensorId> {
-            let id = dtr.put(data, dims)?;
-            dtr.pin(id)?;
-            Ok(id)
-        })?;
+        let id = session.with_interpreter(|dtr| dtr.put(data, dims))?;
         Ok(Param(Rc::new_cyclic(|param| ParamInner {
             value: RefCell::new(Tensor::wrap(session, id, Some(Edge::Param(param.clone())))),
             grad: RefCell::new(None),
@@ -692,18 +690,17 @@ impl<B: Backend> Param<B> {
     }
 
     /// Replaces the value (an optimiser step): the new value is detached
-    /// from its history and pinned, the old one unpinned and released.
+    /// from its history, the old one released.
     pub fn set(&self, value: Tensor<B>) -> Result<()> {
         let session = value.session().clone();
         let id = value.id();
         session.with_interpreter(|dtr| -> Result<()> {
             dtr.detach(id)?;
-            dtr.retain(id)?;
-            dtr.pin(id)
+            dtr.retain(id)
         })?;
         let fresh = Tensor::wrap(&session, id, Some(Edge::Param(Rc::downgrade(&self.0))));
-        let old = self.0.value.replace(fresh);
-        session.with_interpreter(|dtr| dtr.unpin(old.id()))
+        drop(self.0.value.replace(fresh));
+        Ok(())
     }
 
     /// The shape.
