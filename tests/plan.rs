@@ -70,6 +70,35 @@ fn a_plan_fits_its_budget_when_a_tighter_run_allows() {
     assert!(plan.peak_bytes <= plan.arena_bytes);
 }
 
+/// Wherever the heuristic placing blocks as it goes completes in an arena
+/// of the budget, a plan fits the budget: that run's own placement, if no
+/// packing of a run that counted bytes does.
+#[test]
+fn a_plan_fits_wherever_the_dynamic_arena_run_completes() {
+    use dtr::memory::MemoryModel;
+    for trace in [
+        "mlp-small.jsonl",
+        "transformer-small.jsonl",
+        "resnet-small.jsonl",
+    ] {
+        let workload = Workload::load(&shipped(trace), None).unwrap();
+        for k in 4..=10 {
+            let ratio = f64::from(k) / 10.0;
+            let dynamic = RunSpec {
+                memory: MemoryModel::arena(),
+                ..spec("dtr", ratio)
+            };
+            let completes = dynamic.run(&workload).unwrap().report.status
+                == dtr::trace::replay::ReplayStatus::Ok;
+            if !completes {
+                continue;
+            }
+            let plan = plan_and_follow(&workload, &spec("dtr", ratio));
+            assert!(plan.fits(), "{trace} at {ratio}: {} B", plan.arena_bytes);
+        }
+    }
+}
+
 #[test]
 fn a_plan_only_fits_its_own_program() {
     let mlp = Workload::load(&shipped("mlp-small.jsonl"), None).unwrap();

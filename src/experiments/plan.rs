@@ -76,7 +76,11 @@ impl Plan {
     /// [`Plan::fits`]). Fails if the first run does not complete.
     pub fn make(workload: &Workload, spec: &RunSpec, alignment: u64) -> Result<Plan> {
         const ATTEMPTS: usize = 8;
-        let mut best = Plan::record(workload, spec, alignment)?;
+        let counted = RunSpec {
+            memory: MemoryModel::Counter,
+            ..spec.clone()
+        };
+        let mut best = Plan::record(workload, &counted, alignment)?;
         let target = best.budget_bytes;
         let mut budget = target;
         for _ in 1..ATTEMPTS {
@@ -89,12 +93,25 @@ impl Plan {
             budget = scaled.min(budget.saturating_sub(target / 200));
             let tighter = RunSpec {
                 budget: Budget::Bytes(budget),
-                ..spec.clone()
+                ..counted.clone()
             };
             let Ok(plan) = Plan::record(workload, &tighter, alignment) else {
                 break; // too tight to complete
             };
             if plan.arena_bytes < best.arena_bytes {
+                best = plan;
+            }
+        }
+        if !best.fits() {
+            // The heuristic placing blocks as it goes, in an arena of the
+            // budget: where that run completes, its own placement is a plan
+            // that fits (its compute may be higher: it evicted for room).
+            let placed = RunSpec {
+                budget: Budget::Bytes(target),
+                memory: MemoryModel::Arena { alignment },
+                ..spec.clone()
+            };
+            if let Ok(plan) = Plan::record(workload, &placed, alignment) {
                 best = plan;
             }
         }
@@ -151,7 +168,17 @@ impl Plan {
                 ..l
             })
             .collect();
-        let (offsets, arena_bytes) = packing::pack(&lifetimes, alignment);
+        let (offsets, arena_bytes) = match spec.memory {
+            // Its blocks, aligned as the plan's, where the run placed them.
+            MemoryModel::Arena { alignment: placed } if placed == alignment => {
+                let arena = (lifetimes.iter().zip(&record.offsets))
+                    .map(|(l, &offset)| offset + l.bytes)
+                    .max()
+                    .unwrap_or(0);
+                (record.offsets, arena)
+            }
+            _ => packing::pack(&lifetimes, alignment),
+        };
         packing::check(&lifetimes, &offsets, arena_bytes).map_err(Error::InvalidArgument)?;
         Ok(Plan {
             version: PLAN_VERSION,

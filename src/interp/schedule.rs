@@ -47,6 +47,10 @@ pub struct PlanRecord {
     pub reservations: Vec<Reservation>,
     /// Every allocation, in reservation steps.
     pub lifetimes: Vec<Lifetime>,
+    /// Where each allocation was placed, in the same order: the arena's
+    /// offsets in arena memory (a placement the run itself proved), 0 in
+    /// counter memory.
+    pub offsets: Vec<u64>,
 }
 
 impl<B: Backend> Interpreter<B> {
@@ -68,6 +72,7 @@ impl<B: Backend> Interpreter<B> {
             Some(Schedule::Record { done, .. }) => Some(PlanRecord {
                 reservations: done.clone(),
                 lifetimes: self.table.lifetimes(),
+                offsets: self.table.offsets(),
             }),
             _ => None,
         }

@@ -76,6 +76,8 @@ pub(super) struct StorageTable<B: Backend> {
 struct AllocationLog {
     now: u64,
     lifetimes: Vec<Lifetime>,
+    /// Where each was placed (arena memory; 0 when bytes are counted).
+    offsets: Vec<u64>,
     /// The lifetime of each installed storage's block.
     open: SecondaryMap<StorageId, usize>,
     /// Blocks reserved and not yet installed or returned.
@@ -131,6 +133,7 @@ impl<B: Backend> StorageTable<B> {
             log.now += 2;
             for &block in &blocks {
                 log.reserved.push((block, log.lifetimes.len()));
+                log.offsets.push(block.offset);
                 log.lifetimes.push(Lifetime {
                     bytes: block.size,
                     start: log.now,
@@ -167,6 +170,14 @@ impl<B: Backend> StorageTable<B> {
             lifetime.end = lifetime.end.min(log.now + 1);
         }
         lifetimes
+    }
+
+    /// The offset of each allocation recorded so far, in allocation order
+    /// (0 in counter memory).
+    pub(super) fn offsets(&self) -> Vec<u64> {
+        self.log
+            .as_ref()
+            .map_or_else(Vec::new, |log| log.offsets.clone())
     }
 
     /// Places the following allocations at a static plan's offsets.
