@@ -199,7 +199,8 @@ impl Consumers {
 pub enum Residency {
     /// In memory.
     Resident,
-    /// Freed, with its compute path kept to recompute it.
+    /// Freed, with its compute path kept to recompute it (or, for a storage
+    /// that is not recomputable, a host copy to bring it back from).
     Evicted,
     /// Output of an op that has not run yet: neither in memory nor
     /// recomputable history, so eviction heuristics do not see it.
@@ -219,7 +220,8 @@ pub struct StorageInfo {
     pub last_access: u64,
     /// `c0`: the summed cost of the distinct ops that produced its tensors.
     pub cost: u64,
-    /// False for puts: such a storage can never be evicted.
+    /// False for puts and detached tensors: never recomputed, and evicted
+    /// only by swapping, from a host copy (`RestoreMode::Swap`, `Hybrid`).
     pub recomputable: bool,
 }
 
@@ -229,7 +231,7 @@ impl StorageInfo {
         self.residency == Residency::Resident
     }
 
-    /// Whether it was evicted and can be recomputed.
+    /// Whether it was evicted (and can be recomputed or copied back).
     pub fn is_evicted(&self) -> bool {
         self.residency == Residency::Evicted
     }

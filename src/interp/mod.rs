@@ -391,9 +391,11 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// Evicts `tensor`'s storage now, as a static schedule would (it comes
-    /// back by recomputation when next needed). `tensor` may be one whose
-    /// handles are gone but which is kept as history. Returns whether it was
-    /// evicted: puts, pinned, locked and already evicted storages are not.
+    /// back by recomputation, or from host memory, when next needed).
+    /// `tensor` may be one whose handles are gone but which is kept as
+    /// history. Returns whether it was evicted: pinned, locked and already
+    /// evicted storages are not, nor puts and detached tensors without a
+    /// host copy.
     pub fn evict_now(&mut self, tensor: TensorId) -> Result<bool> {
         let storage = self
             .graph

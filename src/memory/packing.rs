@@ -31,7 +31,7 @@ impl Lifetime {
 /// earliest first or longest-lived first; largest area of bytes × lifetime
 /// first; longest-lived first; earliest first among other equals), and a
 /// fifth packer that lets the lowest placement choose the next allocation
-/// ([`pack_lowest_first`]); the smallest arena is kept: none wins on every
+/// (`pack_lowest_first`); the smallest arena is kept: none wins on every
 /// program.
 pub fn pack(lifetimes: &[Lifetime], alignment: u64) -> (Vec<u64>, u64) {
     use std::cmp::Reverse;
