@@ -142,27 +142,28 @@ impl<B: Backend> Interpreter<B> {
             {
                 continue;
             }
-            let start = self.copies.to_host_until.max(made_at);
-            let end = start.saturating_add(self.config.swap.transfer_cost(info.bytes));
-            match self
-                .table
-                .copy_to_host(&self.graph, storage, &mut self.backend, end)
-            {
-                Ok(()) => {
-                    self.copies.to_host_until = end;
-                    // A constant may be evicted from now on.
-                    self.table.refresh_candidacy(&self.graph, storage);
-                    let event = RunEvent::HostCopied {
-                        storage,
-                        bytes: info.bytes,
-                    };
-                    self.observers.notify(&event, &self.graph);
-                }
-                Err(error) => {
-                    tracing::warn!(target: "dtr::swap", %error, "write-back failed; the storage will be recomputed if evicted");
-                }
+            if let Err(error) = self.start_host_copy(storage, made_at) {
+                tracing::warn!(target: "dtr::swap", %error, "write-back failed; the storage will be recomputed if evicted");
             }
         }
+    }
+
+    /// Copies resident `storage` to host memory on the to-host queue, from
+    /// `start` or once the queue is free; returns when the copy completes.
+    /// A constant is an eviction candidate from now on.
+    fn start_host_copy(&mut self, storage: StorageId, start: u64) -> Result<u64> {
+        let bytes = self.graph.storages[storage].bytes;
+        let end = (start.max(self.copies.to_host_until))
+            .saturating_add(self.config.swap.transfer_cost(bytes));
+        self.table
+            .copy_to_host(&self.graph, storage, &mut self.backend, end)?;
+        self.copies.to_host_until = end;
+        if !self.graph.storages[storage].recomputable {
+            self.table.refresh_candidacy(&self.graph, storage);
+        }
+        let event = RunEvent::HostCopied { storage, bytes };
+        self.observers.notify(&event, &self.graph);
+        Ok(end)
     }
 
     /// The last resort when no candidate is left to make room: copies the
@@ -178,21 +179,13 @@ impl<B: Backend> Interpreter<B> {
         let Some(storage) = self.table.stalest_uncopied_constant(&self.graph, limit) else {
             return false;
         };
-        let bytes = self.graph.storages[storage].bytes;
-        let start = self.graph.clock.max(self.copies.to_host_until);
-        let end = start.saturating_add(self.config.swap.transfer_cost(bytes));
-        if let Err(error) = self
-            .table
-            .copy_to_host(&self.graph, storage, &mut self.backend, end)
-        {
-            tracing::warn!(target: "dtr::swap", %error, "copying a constant out failed");
-            return false;
+        match self.start_host_copy(storage, self.graph.clock) {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(target: "dtr::swap", %error, "copying a constant out failed");
+                false
+            }
         }
-        self.copies.to_host_until = end;
-        self.table.refresh_candidacy(&self.graph, storage);
-        let event = RunEvent::HostCopied { storage, bytes };
-        self.observers.notify(&event, &self.graph);
-        true
     }
 
     /// Prepares to evict `storage`: whether it can then come back from a
@@ -235,16 +228,10 @@ impl<B: Backend> Interpreter<B> {
             return false;
         }
         if ready_at.is_none() {
-            if let Err(error) =
-                self.table
-                    .copy_to_host(&self.graph, storage, &mut self.backend, end)
-            {
+            if let Err(error) = self.start_host_copy(storage, now) {
                 tracing::warn!(target: "dtr::swap", %error, "swap-out failed; dropping instead");
                 return false;
             }
-            self.copies.to_host_until = end;
-            let event = RunEvent::HostCopied { storage, bytes };
-            self.observers.notify(&event, &self.graph);
         }
         self.stall_until(end);
         true
