@@ -60,7 +60,8 @@ pub enum Error {
     /// stopped there, leaving the interpreter consistent.
     #[error("thrashing: rematerialisation cost {remat_compute} exceeds the limit of {limit}")]
     Thrash {
-        /// Cost units spent rematerialising so far.
+        /// Cost units the budget has cost so far: recomputation, and any
+        /// swap stalls and block moves.
         remat_compute: u64,
         /// The configured limit, in cost units.
         limit: u64,

@@ -1,6 +1,7 @@
-//! First-fit placement in the arena (`arena-ff`): on a log where best fit
+//! Placement in the arena. First fit (`arena-ff`): on a log where best fit
 //! thrashes at a budget larger than one it completes at, first fit
-//! completes both.
+//! completes both. Compaction (`arena-compact`): where best fit runs out of
+//! memory for room that fragmentation hides, moving blocks completes.
 
 mod common;
 
@@ -11,11 +12,20 @@ use dtr::Budget;
 
 #[test]
 fn memory_models_round_trip_through_their_names() {
-    for name in ["counter", "arena", "arena:512", "arena-ff", "arena-ff:512"] {
+    for name in [
+        "counter",
+        "arena",
+        "arena:512",
+        "arena-ff",
+        "arena-ff:512",
+        "arena-compact",
+        "arena-compact:512",
+    ] {
         let model: MemoryModel = name.parse().unwrap();
         assert_eq!(model.to_string(), name);
     }
     assert!("arena-ff:3".parse::<MemoryModel>().is_err());
+    assert!("arena-compact:3".parse::<MemoryModel>().is_err());
 }
 
 /// InceptionV4 with `dtr` in an arena of exactly the budget: best fit
@@ -52,4 +62,42 @@ fn first_fit_completes_where_best_fit_thrashes_above_a_completing_budget() {
     assert_eq!(run("arena", 0.56), ReplayStatus::Thrash);
     assert_eq!(run("arena-ff", 0.47), ReplayStatus::Ok);
     assert_eq!(run("arena-ff", 0.56), ReplayStatus::Ok);
+}
+
+/// MobileNetV2 (the recorded torchvision trace, shipped with the project)
+/// at 0.3 of its peak: best fit runs out of memory with free bytes to
+/// spare; the compacting arena completes within the budget by moving
+/// blocks, at about the overhead of counting bytes (moves included).
+#[test]
+fn moving_blocks_completes_where_fragmentation_runs_out_of_memory() {
+    let workload = Workload::load(
+        std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/traces/torchvision/mobilenet_v2-b16.jsonl"
+        )),
+        None,
+    )
+    .unwrap();
+    let run = |memory: &str| {
+        RunSpec {
+            budget: Budget::Ratio(0.3),
+            memory: memory.parse().unwrap(),
+            ..RunSpec::default()
+        }
+        .run(&workload)
+        .unwrap()
+    };
+    let (counted, arena, compacting) = (run("counter"), run("arena"), run("arena-compact"));
+    assert_eq!(counted.report.status, ReplayStatus::Ok);
+    assert_eq!(arena.report.status, ReplayStatus::OutOfMemory);
+    assert_eq!(compacting.report.status, ReplayStatus::Ok);
+    let stats = &compacting.report.stats;
+    assert!(stats.compactions > 0 && stats.moved_bytes > 0 && stats.move_cost > 0);
+    assert!(compacting.report.peak_bytes <= compacting.budget_bytes.unwrap());
+    assert!(
+        compacting.overhead <= counted.overhead * 1.02,
+        "{} against {} counting bytes",
+        compacting.overhead,
+        counted.overhead
+    );
 }

@@ -359,7 +359,13 @@ proptest! {
         budget_fraction in 0.05f64..1.0,
         heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size", "random", "dte", "coop"]),
         eager in any::<bool>(),
-        arena in any::<bool>(),
+        memory in prop::sample::select(vec![
+            MemoryModel::Counter,
+            MemoryModel::arena(),
+            // Blocks of 16 bytes: these programs' tensors (16 B to a
+            // few hundred) then come in many sizes, and fragment.
+            MemoryModel::CompactingArena { alignment: 16 },
+        ]),
         sqrt in any::<bool>(),
         seed in 0u64..4,
         restore in prop::sample::select(vec![RestoreMode::Drop, RestoreMode::Swap, RestoreMode::Hybrid]),
@@ -367,7 +373,6 @@ proptest! {
         bandwidth in prop::sample::select(vec![1e8, 4e9, 1e12]),
         host_memory in prop::sample::select(vec![None, Some(0), Some(1024), Some(16384)]),
     ) {
-        let memory = if arena { MemoryModel::arena() } else { MemoryModel::Counter };
         let sampling = if sqrt { Sampling::Sqrt } else { Sampling::All };
         let base = Config::default()
             .with_heuristic(heuristic)
@@ -578,9 +583,14 @@ proptest! {
         budget_fraction in 0.05f64..1.0,
         heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "msps", "lru", "random", "coop"]),
         eager in any::<bool>(),
-        arena in any::<bool>(),
+        memory in prop::sample::select(vec![
+            MemoryModel::Counter,
+            MemoryModel::arena(),
+            // Blocks of 16 bytes: these programs' tensors (16 B to a
+            // few hundred) then come in many sizes, and fragment.
+            MemoryModel::CompactingArena { alignment: 16 },
+        ]),
     ) {
-        let memory = if arena { MemoryModel::arena() } else { MemoryModel::Counter };
         let base = Config::default()
             .with_heuristic(heuristic)
             .with_eager_eviction(eager)
@@ -609,6 +619,13 @@ proptest! {
                 continue;
             }
             prop_assert_eq!(now.planned_steps, before.planned_steps + 1, "step {} follows", k);
+            // A compacting arena leaves the blocks it moved where they went,
+            // so a step can start from another layout than the last one
+            // did; where the plan then fell short, its repair may differ.
+            let compacting = matches!(memory, MemoryModel::CompactingArena { .. });
+            if compacting && now.plan_repairs > before.plan_repairs {
+                continue;
+            }
             prop_assert_eq!(
                 now.compute - before.compute,
                 before.compute - earlier.compute,

@@ -150,6 +150,7 @@ fn the_counter_sweep_over_the_authors_logs_is_unchanged() {
         samplings: vec![dtr::policy::Sampling::All],
         restores: vec![dtr::RestoreMode::Drop],
         swap: dtr::SwapConfig::default(),
+        move_bandwidth: dtr::config::MOVE_BANDWIDTH,
         seeds: 1,
         ratios: vec![1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2],
         thrash_limit: 2.0,

@@ -21,6 +21,7 @@ fn spec() -> SweepSpec {
         samplings: vec![Sampling::All, Sampling::Sqrt],
         restores: vec![RestoreMode::Drop, RestoreMode::Swap],
         swap: SwapConfig::default(),
+        move_bandwidth: dtr::config::MOVE_BANDWIDTH,
         seeds: 2,
         ratios: vec![1.0, 0.8, 0.6, 0.4],
         thrash_limit: 2.0,

@@ -22,7 +22,7 @@ pub struct Args {
     /// Heuristics, comma-separated (see `dtr heuristics`).
     #[arg(long, value_delimiter = ',', default_value = dtr::policy::DEFAULT_HEURISTIC)]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, or `arena-ff` (first fit, same suffix).
+    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, `arena-ff` (first fit) or `arena-compact` (moves blocks instead of evicting for room that fragmentation hides), the last two with the same suffix.
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, default_value = "all")]
@@ -74,7 +74,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         plans,
         json,
     } = args;
-    let swap = swap.config();
+    let (move_bandwidth, swap) = (swap.move_bandwidth(), swap.config());
     let specs: Vec<RunSpec> = heuristics
         .iter()
         .flat_map(|heuristic| {
@@ -86,6 +86,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 thrash_limit,
                 restore,
                 swap,
+                move_bandwidth,
                 keep_needed_history,
                 ..RunSpec::default()
             })

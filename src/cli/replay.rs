@@ -30,7 +30,7 @@ pub struct Args {
     /// for static √N checkpointing, which takes no budget.
     #[arg(long, default_value = dtr::policy::DEFAULT_HEURISTIC)]
     heuristic: String,
-    /// `counter`, `arena` (256-byte aligned), `arena:ALIGNMENT`, or `arena-ff` (first fit, same suffix).
+    /// `counter`, `arena` (256-byte aligned), `arena:ALIGNMENT`, `arena-ff` (first fit) or `arena-compact` (moves blocks instead of evicting for room that fragmentation hides), the last two with the same suffix.
     #[arg(long, default_value = "counter")]
     memory: MemoryModel,
     #[arg(long, value_enum, default_value = "all")]
@@ -181,6 +181,7 @@ fn run_spec(args: &Args) -> dtr::Result<RunSpec> {
         thrash_limit: args.thrash_limit,
         restore: args.restore,
         swap: args.swap.config(),
+        move_bandwidth: args.swap.move_bandwidth(),
         keep_needed_history: args.keep_needed_history,
     };
     spec.validate()?;
@@ -260,6 +261,9 @@ impl Finished<'_> {
             "host_copies": report.stats.host_copies,
             "swap_stall": report.stats.swap_stall,
             "host_peak_bytes": outcome.host_peak_bytes,
+            "compactions": report.stats.compactions,
+            "moved_bytes": report.stats.moved_bytes,
+            "move_cost": report.stats.move_cost,
             "wall_seconds": report.wall_seconds,
             "message": report.message,
             "suggested_ratio": suggestion.and_then(|f| f.ratio),
@@ -310,6 +314,15 @@ impl Finished<'_> {
             println!(
                 "  swap            {} evictions to host, {} restored from host on demand and {} ahead of need, {} stalled for the copy queue, host copies peaked at {} B",
                 stats.swap_outs, stats.swap_ins, stats.prefetches, stats.swap_stall, outcome.host_peak_bytes
+            );
+        }
+        if let dtr::memory::MemoryModel::CompactingArena { .. } = spec.memory {
+            let stats = &report.stats;
+            println!(
+                "  moves           {} compactions moved {}, taking {} compute units",
+                stats.compactions,
+                human(stats.moved_bytes),
+                stats.move_cost
             );
         }
         println!("  wall time       {:.3} s", report.wall_seconds);

@@ -1,5 +1,6 @@
 //! `--swap-bandwidth` and `--host-memory`: the copy queue and host memory
-//! that `--restore swap|hybrid` use, shared by the commands that replay.
+//! that `--restore swap|hybrid` use; `--move-bandwidth`, what moving blocks
+//! in `--memory arena-compact` costs. Shared by the commands that replay.
 
 use dtr::SwapConfig;
 
@@ -15,6 +16,11 @@ pub struct SwapArgs {
     /// The most bytes host copies may hold at once (default: no limit).
     #[arg(long, value_parser = parse_bytes)]
     pub host_memory: Option<u64>,
+    /// Bytes per second that `--memory arena-compact` moves blocks at, on
+    /// the compute stream (a device-to-device copy; costs are taken as
+    /// nanoseconds).
+    #[arg(long, default_value = "300GB", value_parser = parse_bytes)]
+    pub move_bandwidth: u64,
 }
 
 impl SwapArgs {
@@ -23,6 +29,11 @@ impl SwapArgs {
             bandwidth: self.swap_bandwidth as f64,
             host_memory: self.host_memory,
         }
+    }
+
+    /// `--move-bandwidth`, in bytes per second.
+    pub fn move_bandwidth(&self) -> f64 {
+        self.move_bandwidth as f64
     }
 }
 

@@ -35,7 +35,7 @@ pub struct SweepArgs {
         default_value = "dtr,dtr-eq,dtr-local,msps,lru,size,static-sqrt"
     )]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, or `arena-ff` (first fit, same suffix).
+    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, `arena-ff` (first fit) or `arena-compact` (moves blocks instead of evicting for room that fragmentation hides), the last two with the same suffix.
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
@@ -105,6 +105,7 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         samplings: sampling,
         restores: restore,
         swap: swap.config(),
+        move_bandwidth: swap.move_bandwidth(),
         seeds,
         ratios,
         thrash_limit,

@@ -42,6 +42,8 @@ pub struct SweepSpec {
     pub restores: Vec<RestoreMode>,
     /// The copy queue for restore modes that swap.
     pub swap: SwapConfig,
+    /// See [`crate::Config::move_bandwidth`] (for `arena-compact` memory).
+    pub move_bandwidth: f64,
     /// Seeds 0..seeds.
     pub seeds: u64,
     /// Budgets, as ratios of each trace's unbounded peak.
@@ -309,6 +311,7 @@ impl SweepSpec {
             thrash_limit: self.thrash_limit,
             restore: self.restores[cell.restore],
             swap: self.swap,
+            move_bandwidth: self.move_bandwidth,
             keep_needed_history: self.keep_needed_history,
         }
     }

@@ -120,6 +120,8 @@ pub struct RunSpec {
     pub restore: RestoreMode,
     /// The copy queue, for restore modes that swap.
     pub swap: SwapConfig,
+    /// See [`Config::move_bandwidth`] (for `arena-compact` memory).
+    pub move_bandwidth: f64,
     /// See [`Config::keep_needed_history`]: keep released history that an
     /// evicted live tensor needs resident instead of evicting it at once.
     pub keep_needed_history: bool,
@@ -137,6 +139,7 @@ impl Default for RunSpec {
             thrash_limit: 2.0,
             restore: RestoreMode::Drop,
             swap: SwapConfig::default(),
+            move_bandwidth: crate::config::MOVE_BANDWIDTH,
             keep_needed_history: false,
         }
     }
@@ -171,6 +174,7 @@ impl RunSpec {
         if self.restore != RestoreMode::Drop {
             self.swap.validate()?;
         }
+        Config::validate_move_bandwidth(self.move_bandwidth)?;
         if self.thrash_limit.is_nan() || self.thrash_limit < 1.0 {
             return Err(Error::InvalidArgument(format!(
                 "the thrash limit (--thrash-limit) must be at least 1, got {}",
@@ -213,6 +217,7 @@ impl RunSpec {
             .with_seed(self.seed)
             .with_restore(self.restore)
             .with_swap(self.swap)
+            .with_move_bandwidth(self.move_bandwidth)
             .with_kept_needed_history(self.keep_needed_history)
             .with_events(record_events);
         let (budget_bytes, interpreter, report) = match &self.policy {

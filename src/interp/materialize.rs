@@ -148,16 +148,13 @@ impl<B: Backend> Interpreter<B> {
     }
 
     fn check_thrash(&mut self) -> Result<()> {
-        let restore_cost = self.observers.stats.restore_cost();
+        let budget_cost = self.observers.stats.budget_cost();
         match self.config.remat_limit {
-            Some(limit) if restore_cost > limit => {
-                let event = RunEvent::Thrashing {
-                    restore_cost,
-                    limit,
-                };
+            Some(limit) if budget_cost > limit => {
+                let event = RunEvent::Thrashing { budget_cost, limit };
                 self.observers.notify(&event, &self.graph);
                 Err(Error::Thrash {
-                    remat_compute: restore_cost,
+                    remat_compute: budget_cost,
                     limit,
                 })
             }

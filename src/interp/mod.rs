@@ -124,6 +124,9 @@ impl<B: Backend> Interpreter<B> {
                 )));
             }
         }
+        if let crate::memory::MemoryModel::CompactingArena { .. } = config.memory {
+            Config::validate_move_bandwidth(config.move_bandwidth)?;
+        }
         let heuristic = policy.build(config.seed);
         let mut table = StorageTable::new(Memory::new(config.memory, budget_bytes));
         table.keep_summaries(config.sampling == crate::policy::Sampling::Sqrt);

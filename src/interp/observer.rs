@@ -119,11 +119,18 @@ pub enum RunEvent<'a> {
         /// How long (cost units).
         cost: u64,
     },
-    /// Restoring evicted storages has cost more than the thrash limit; the
-    /// instruction fails.
+    /// A compacting arena moved blocks to make room for an allocation.
+    Moved {
+        /// Bytes copied.
+        bytes: u64,
+        /// How long the copies took (cost units).
+        cost: u64,
+    },
+    /// The budget has cost more than the thrash limit; the instruction
+    /// fails.
     Thrashing {
-        /// Recomputation and swap stalls so far (cost units).
-        restore_cost: u64,
+        /// Recomputation, swap stalls and moves so far (cost units).
+        budget_cost: u64,
         /// The limit ([`crate::Config::remat_limit`]).
         limit: u64,
     },
@@ -198,6 +205,11 @@ impl Observer for Stats {
             RunEvent::SwappedIn { .. } => self.swap_ins += 1,
             RunEvent::Prefetched { .. } => self.prefetches += 1,
             RunEvent::Stalled { cost } => add(&mut self.swap_stall, cost),
+            RunEvent::Moved { bytes, cost } => {
+                self.compactions += 1;
+                add(&mut self.moved_bytes, bytes);
+                add(&mut self.move_cost, cost);
+            }
             RunEvent::StepEnded { followed, repairs } => {
                 self.steps += 1;
                 self.planned_steps += u64::from(followed);
@@ -295,10 +307,12 @@ impl Observer for TracingLog {
                 let tensor = graph.storages[storage].tensors[0];
                 debug!(target: "dtr::swap", ?tensor, bytes, clock = graph.clock, arrives_at, "prefetching");
             }
-            RunEvent::Thrashing {
-                restore_cost,
-                limit,
-            } => warn!(target: "dtr::thrash", restore_cost, limit, "thrashing"),
+            RunEvent::Thrashing { budget_cost, limit } => {
+                warn!(target: "dtr::thrash", budget_cost, limit, "thrashing")
+            }
+            RunEvent::Moved { bytes, cost } => {
+                debug!(target: "dtr::compact", bytes, cost, clock = graph.clock, "moved blocks to make room");
+            }
             RunEvent::OutOfMemory { error } => warn!(target: "dtr::oom", %error),
             _ => {}
         }

@@ -33,6 +33,12 @@ pub struct Stats {
     pub host_copies: u64,
     /// Time compute waited for the copy queue (cost units).
     pub swap_stall: u64,
+    /// Times a compacting arena moved blocks to make room.
+    pub compactions: u64,
+    /// Bytes those moves copied.
+    pub moved_bytes: u64,
+    /// Time those moves took on the compute stream (cost units).
+    pub move_cost: u64,
     /// Steps the program marked ([`crate::Interpreter::mark_step`]).
     pub steps: u64,
     /// Steps that made the previous step's evictions, by its plan, to the
@@ -45,8 +51,8 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Compute and stalls for swapping over the unbounded run's compute
-    /// (1.0 without rematerialisation or swap).
+    /// The time the run took over the unbounded run's compute (1.0
+    /// without rematerialisation, swap or moves).
     pub fn overhead(&self) -> f64 {
         if self.baseline_compute == 0 {
             1.0
@@ -55,15 +61,19 @@ impl Stats {
         }
     }
 
-    /// What restoring evicted storages has cost: recomputation and waiting
-    /// for swap transfers.
-    pub fn restore_cost(&self) -> u64 {
-        self.remat_compute.saturating_add(self.swap_stall)
+    /// What the budget has cost beyond the unbounded run: recomputation,
+    /// waiting for swap transfers, and moving blocks.
+    pub fn budget_cost(&self) -> u64 {
+        self.remat_compute
+            .saturating_add(self.swap_stall)
+            .saturating_add(self.move_cost)
     }
 
-    /// Compute and swap stalls: the time the run took, in cost units.
+    /// Compute, swap stalls and moves: the time the run took, in cost units.
     pub fn elapsed(&self) -> u64 {
-        self.compute.saturating_add(self.swap_stall)
+        self.compute
+            .saturating_add(self.swap_stall)
+            .saturating_add(self.move_cost)
     }
 }
 

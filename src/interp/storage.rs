@@ -144,6 +144,25 @@ impl<B: Backend> StorageTable<B> {
         Some(blocks)
     }
 
+    /// In a compacting arena, moves at most `most_bytes` of resident
+    /// storages' blocks so that `sizes` fit (see
+    /// [`Memory::make_room_by_moving`]); the bytes moved, or `None` with
+    /// nothing moved. Never while recording a plan's offsets: a plan places
+    /// each allocation once.
+    pub(super) fn make_room_by_moving(&mut self, sizes: &[u64], most_bytes: u64) -> Option<u64> {
+        if self.log.is_some() {
+            return None;
+        }
+        let moves = self.memory.make_room_by_moving(sizes, most_bytes)?;
+        let mut moved = 0u64;
+        for m in moves {
+            debug_assert_eq!(self.blocks.get(m.owner), Some(&m.from), "a move's block");
+            self.blocks.insert(m.owner, m.to);
+            moved = moved.saturating_add(m.to.size);
+        }
+        Some(moved)
+    }
+
     /// Returns a reserved block that was not installed.
     pub(super) fn unreserve(&mut self, block: Block) {
         if let Some(log) = &mut self.log {
@@ -622,6 +641,31 @@ impl<B: Backend> StorageTable<B> {
                 return Err(format!(
                     "the arena holds {} B, the storages {resident_bytes} B",
                     arena.report().in_use_bytes
+                ));
+            }
+            // Each storage's block is where the arena has it (blocks move
+            // in a compacting arena).
+            let mut placed = 0usize;
+            for piece in arena.pieces() {
+                if let crate::memory::Piece::Used {
+                    offset,
+                    size,
+                    owner: Some(owner),
+                } = piece
+                {
+                    placed += 1;
+                    if self.blocks.get(owner) != Some(&Block { offset, size }) {
+                        return Err(format!(
+                            "the arena has {owner:?} at {offset} ({size} B), the table at {:?}",
+                            self.blocks.get(owner)
+                        ));
+                    }
+                }
+            }
+            let sized = self.blocks.values().filter(|block| block.size > 0).count();
+            if placed != sized {
+                return Err(format!(
+                    "the arena places {placed} storages, the table {sized}"
                 ));
             }
         }

@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::graph::StorageId;
 
+mod compaction;
+pub use compaction::Move;
+
 /// A placed allocation: `size` is the aligned length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Block {

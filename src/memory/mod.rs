@@ -9,13 +9,14 @@ pub mod arena;
 mod counter;
 pub mod packing;
 
-pub use arena::{Arena, ArenaReport, Block, Piece};
+pub use arena::{Arena, ArenaReport, Block, Move, Piece};
 pub use counter::MemoryCounter;
 
 use crate::graph::StorageId;
 
 /// Which memory model to use. Written `counter`, `arena` (256-byte
-/// alignment) or `arena:ALIGNMENT`.
+/// alignment) or `arena:ALIGNMENT`, `arena-ff[:ALIGNMENT]`,
+/// `arena-compact[:ALIGNMENT]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub enum MemoryModel {
@@ -30,6 +31,15 @@ pub enum MemoryModel {
     /// The same placing each block at the lowest offset where it fits
     /// (see `Arena::allocate`). Written `arena-ff` or `arena-ff:ALIGNMENT`.
     FirstFitArena {
+        /// Block alignment in bytes (a power of two).
+        alignment: u64,
+    },
+    /// The best-fit arena that, when the free bytes would hold an
+    /// allocation but no free block does, moves blocks to open a hole
+    /// instead of evicting (see `Arena::make_room_by_moving`); each move
+    /// costs its bytes at [`Config::move_bandwidth`](crate::Config::move_bandwidth).
+    /// Written `arena-compact` or `arena-compact:ALIGNMENT`.
+    CompactingArena {
         /// Block alignment in bytes (a power of two).
         alignment: u64,
     },
@@ -50,6 +60,8 @@ impl std::fmt::Display for MemoryModel {
             MemoryModel::Arena { alignment } => write!(f, "arena:{alignment}"),
             MemoryModel::FirstFitArena { alignment: 256 } => f.write_str("arena-ff"),
             MemoryModel::FirstFitArena { alignment } => write!(f, "arena-ff:{alignment}"),
+            MemoryModel::CompactingArena { alignment: 256 } => f.write_str("arena-compact"),
+            MemoryModel::CompactingArena { alignment } => write!(f, "arena-compact:{alignment}"),
         }
     }
 }
@@ -62,19 +74,22 @@ impl std::str::FromStr for MemoryModel {
             None if text == "counter" => Ok(MemoryModel::Counter),
             None if text == "arena" => Ok(MemoryModel::arena()),
             None if text == "arena-ff" => Ok(MemoryModel::FirstFitArena { alignment: 256 }),
-            Some((kind @ ("arena" | "arena-ff"), alignment)) => match alignment.parse::<u64>() {
-                Ok(alignment) if alignment.is_power_of_two() && kind == "arena" => {
-                    Ok(MemoryModel::Arena { alignment })
+            None if text == "arena-compact" => Ok(MemoryModel::CompactingArena { alignment: 256 }),
+            Some((kind @ ("arena" | "arena-ff" | "arena-compact"), alignment)) => {
+                match alignment.parse::<u64>() {
+                    Ok(alignment) if alignment.is_power_of_two() => Ok(match kind {
+                        "arena" => MemoryModel::Arena { alignment },
+                        "arena-ff" => MemoryModel::FirstFitArena { alignment },
+                        _ => MemoryModel::CompactingArena { alignment },
+                    }),
+                    _ => Err(format!(
+                        "arena alignment `{alignment}` is not a power of two"
+                    )),
                 }
-                Ok(alignment) if alignment.is_power_of_two() => {
-                    Ok(MemoryModel::FirstFitArena { alignment })
-                }
-                _ => Err(format!(
-                    "arena alignment `{alignment}` is not a power of two"
-                )),
-            },
+            }
             _ => Err(format!(
-                "unknown memory model `{text}` (counter, arena, arena:ALIGNMENT, arena-ff or arena-ff:ALIGNMENT)"
+                "unknown memory model `{text}` (counter, arena, arena-ff or arena-compact, \
+                 each arena optionally with :ALIGNMENT)"
             )),
         }
     }
@@ -126,6 +141,7 @@ impl Memory {
             MemoryModel::Counter => return,
             MemoryModel::Arena { alignment } => (alignment, false),
             MemoryModel::FirstFitArena { alignment } => (alignment, true),
+            MemoryModel::CompactingArena { alignment } => (alignment, false),
         };
         if let (Some(budget), None) = (self.counter.budget_bytes(), &self.arena) {
             if self.counter.in_use_bytes() == 0 {
@@ -217,6 +233,22 @@ impl Memory {
         self.counter
             .budget_bytes()
             .is_none_or(|budget| unevictable_bytes.saturating_add(request) <= budget)
+    }
+
+    /// In a compacting arena, moves at most `most_bytes` so that `sizes`
+    /// fit when the free bytes hold them but no free block does; the moves
+    /// made, or `None` (other models, or no such arrangement: nothing moved).
+    pub(crate) fn make_room_by_moving(
+        &mut self,
+        sizes: &[u64],
+        most_bytes: u64,
+    ) -> Option<Vec<Move>> {
+        match (self.model, &mut self.arena, &self.planned) {
+            (MemoryModel::CompactingArena { .. }, Some(arena), None) => {
+                arena.make_room_by_moving(sizes, most_bytes)
+            }
+            _ => None,
+        }
     }
 
     pub(crate) fn free(&mut self, block: Block) {
