@@ -94,20 +94,6 @@ struct Ordered {
     /// The members' places, while the pool is large enough (built when it
     /// reaches `from`, dropped when it falls under half of it).
     places: Option<BTreeSet<Place>>,
-    /// Each position's extra cost in a [`PoolOrder::CostDensity`] key, 0
-    /// past the end; kept only with the places, so that a heuristic that
-    /// stops maintaining them (see [`Bounds::kept`]) leaves none behind.
-    extras: Vec<u64>,
-}
-
-impl Ordered {
-    fn extra(&self, position: u32) -> u64 {
-        self.extras.get(position as usize).copied().unwrap_or(0)
-    }
-
-    fn place(&self, candidate: &Candidate, position: u32) -> Place {
-        self.order.place(candidate, self.extra(position), position)
-    }
 }
 
 /// One candidate as the pool keeps it.
@@ -141,7 +127,8 @@ impl Candidate {
 
 /// What a √N draw reads of a pool entry, in 16 bytes where the entry takes
 /// 32: whether the position holds a member, its held bytes (for the
-/// small-candidate threshold) and a lower bound of its cost density. At
+/// small-candidate threshold) and a lower bound of its cost density, its
+/// key's extra counted (see [`Bounds`]). At
 /// 10⁶ candidates each draw is a cache miss into this array, and an array
 /// half the size misses the cache less (in a standalone test, 1,000
 /// draws and their reads took ≈ 8 µs of CPU over 16 MB of summaries
@@ -149,8 +136,8 @@ impl Candidate {
 /// few draws whose bound could beat the best score so far.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
-    /// `cost / held` lowered by a relative margin of 2⁻²⁰ and rounded down
-    /// to an `f32`, so never above the entry's own (see
+    /// `(cost + extra) / held` lowered by a relative margin of 2⁻²⁰ and
+    /// rounded down to an `f32`, so never above the entry's own key (see
     /// [`Summary::cost_density_bound`]); +∞ for no bytes; NaN for a hole.
     density: f32,
     /// `held`, or `u32::MAX` for that many bytes or more (then the entry
@@ -173,11 +160,12 @@ impl Summary {
         last_access: 0,
     };
 
-    fn of(candidate: &Candidate) -> Summary {
+    fn of(candidate: &Candidate, extra: u64) -> Summary {
         let density = if candidate.held == 0 {
             f32::INFINITY
         } else {
-            let exact = candidate.cost as f64 / candidate.held as f64 * SUMMARY_MARGIN;
+            let cost = candidate.cost.saturating_add(extra);
+            let exact = cost as f64 / candidate.held as f64 * SUMMARY_MARGIN;
             let rounded = exact as f32;
             // `as` rounds to nearest; the bound must not be above.
             if f64::from(rounded) > exact {
@@ -206,10 +194,12 @@ impl Summary {
         (self.held != u32::MAX).then_some(u64::from(self.held) < threshold)
     }
 
-    /// A lower bound of [`Candidate::cost_density_bound`] at `clock`, from
-    /// the summary alone: the density is at least 2⁻²⁰ below the entry's
-    /// `cost / held` in relative terms, and the two divisions' roundings
-    /// differ by a few units of 2⁻⁵³, so it is never above.
+    /// A lower bound of the entry's key over its staleness at `clock`
+    /// (`(c0 + extra) / (held · stale)`, at least
+    /// [`Candidate::cost_density_bound`]), from the summary alone: the
+    /// density is at least 2⁻²⁰ below `(c0 + extra) / held` in relative
+    /// terms, and the two divisions' roundings differ by a few units of
+    /// 2⁻⁵³, so it is never above.
     #[inline]
     pub fn cost_density_bound(&self, clock: u64) -> f64 {
         let stale = clock.saturating_sub(self.last_access);
@@ -238,6 +228,11 @@ pub struct CandidatePool {
     bytes: u64,
     /// The members in a heuristic's order, when one is kept.
     ordered: Option<Ordered>,
+    /// Each position's extra cost in its `(c0 + extra) / held` key (see
+    /// [`Bounds`]), 0 past the end. Kept only while an order by that key
+    /// or the summaries are (see [`CandidatePool::keeps_extras`]), so that
+    /// a heuristic that stops maintaining them leaves none behind.
+    extras: Vec<u64>,
 }
 
 impl CandidatePool {
@@ -269,10 +264,42 @@ impl CandidatePool {
     /// The extra cost in the key of `storage` (see [`Bounds`]): 0 unless it
     /// is a member and extras are kept.
     pub fn extra(&self, storage: StorageId) -> u64 {
-        match (self.members.get(storage), &self.ordered) {
-            (Some(&position), Some(ordered)) => ordered.extra(position),
-            _ => 0,
+        self.members
+            .get(storage)
+            .map_or(0, |&position| self.extra_at(position))
+    }
+
+    fn extra_at(&self, position: u32) -> u64 {
+        self.extras.get(position as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether keys' extras are kept: while the members are kept in
+    /// [`PoolOrder::CostDensity`] order, or summarised for √N draws (whose
+    /// bound counts them).
+    fn keeps_extras(&self) -> bool {
+        self.order() == Some(PoolOrder::CostDensity) || !self.without_summaries
+    }
+
+    /// Forgets every extra unless they are kept (see
+    /// [`CandidatePool::keeps_extras`]): after the order or the summaries
+    /// were dropped, no heuristic maintains them any more.
+    fn drop_extras_unless_kept(&mut self) {
+        if !self.keeps_extras() && !self.extras.is_empty() {
+            self.extras = Vec::new();
+            self.resummarize();
         }
+    }
+
+    /// The place of the member at `position`, whose entry is `candidate`,
+    /// in the kept order (its current extra counted).
+    fn place_of(&self, candidate: &Candidate, position: u32) -> Option<Place> {
+        let ordered = self.ordered.as_ref()?;
+        ordered.places.as_ref()?;
+        Some(
+            ordered
+                .order
+                .place(candidate, self.extra_at(position), position),
+        )
     }
 
     /// The entry of `storage`, if it is a candidate.
@@ -299,17 +326,20 @@ impl CandidatePool {
                 .expect("a member's entry");
             self.bytes = self.bytes - entry.held + held;
             let old = std::mem::replace(entry, candidate);
-            self.summarize(position, Summary::of(&candidate));
+            let was = self.place_of(&old, position);
             // Its extra was set against the old held bytes: drop it.
-            self.set_extra_at(position, &old, 0);
-            self.reorder(position, &old);
+            if let Some(extra) = self.extras.get_mut(position as usize) {
+                *extra = 0;
+            }
+            self.summarize(position, Summary::of(&candidate, 0));
+            self.reorder(position, was);
             return;
         }
         let position = u32::try_from(self.entries.len()).expect("fewer than 2³² entries");
         self.members.insert(storage, position);
         self.entries.push(Some(candidate));
         if !self.without_summaries {
-            self.summaries.push(Summary::of(&candidate));
+            self.summaries.push(Summary::of(&candidate, 0));
         }
         self.bytes = self.bytes.saturating_add(held);
         if let Some(ordered) = &mut self.ordered {
@@ -323,52 +353,37 @@ impl CandidatePool {
         }
     }
 
-    /// Moves the member at `position`, which was `old`, to its entry's place.
-    fn reorder(&mut self, position: u32, old: &Candidate) {
-        if let Some(
-            ordered @ Ordered {
-                places: Some(_), ..
-            },
-        ) = &mut self.ordered
-        {
-            let new = self.entries[position as usize]
-                .as_ref()
-                .expect("a member's entry");
-            let (was, is) = (ordered.place(old, position), ordered.place(new, position));
-            if was != is {
-                let places = ordered.places.as_mut().expect("kept places");
-                places.remove(&was);
-                places.insert(is);
-            }
+    /// Moves the member at `position`, which was at `was` in the kept
+    /// order, to its entry's place now.
+    fn reorder(&mut self, position: u32, was: Option<Place>) {
+        let Some(was) = was else {
+            return;
+        };
+        let new = *self.at(position);
+        let is = self.place_of(&new, position).expect("kept places");
+        if was != is {
+            let places = (self.ordered.as_mut())
+                .and_then(|ordered| ordered.places.as_mut())
+                .expect("kept places");
+            places.remove(&was);
+            places.insert(is);
         }
     }
 
     /// Gives the member at `position`, whose entry is `candidate`, the
-    /// extra cost `extra` in its key (no-op unless places are kept).
+    /// extra cost `extra` in its key (no-op unless extras are kept).
     fn set_extra_at(&mut self, position: u32, candidate: &Candidate, extra: u64) {
-        let Some(
-            ordered @ Ordered {
-                places: Some(_), ..
-            },
-        ) = &mut self.ordered
-        else {
-            return;
-        };
-        if ordered.extra(position) == extra {
+        if !self.keeps_extras() || self.extra_at(position) == extra {
             return;
         }
-        let was = ordered.place(candidate, position);
+        let was = self.place_of(candidate, position);
         let slot = position as usize;
-        if ordered.extras.len() <= slot {
-            ordered.extras.resize(slot + 1, 0);
+        if self.extras.len() <= slot {
+            self.extras.resize(slot + 1, 0);
         }
-        ordered.extras[slot] = extra;
-        let is = ordered.place(candidate, position);
-        if was != is {
-            let places = ordered.places.as_mut().expect("kept places");
-            places.remove(&was);
-            places.insert(is);
-        }
+        self.extras[slot] = extra;
+        self.summarize(position, Summary::of(candidate, extra));
+        self.reorder(position, was);
     }
 
     /// The handle through which a heuristic sets the extra costs of
@@ -385,11 +400,11 @@ impl CandidatePool {
             order,
             from,
             places: None,
-            extras: Vec::new(),
         });
         if self.members.len() >= from {
             self.rebuild_order();
         }
+        self.drop_extras_unless_kept();
     }
 
     /// The order the members are kept in, if one is kept now.
@@ -422,7 +437,7 @@ impl CandidatePool {
     /// least the key's numerator over `m · stale`.
     pub(super) fn key_bound(&self, position: u32, clock: u64) -> f64 {
         let candidate = self.at(position);
-        let extra = self.ordered.as_ref().map_or(0, |o| o.extra(position));
+        let extra = self.extra_at(position);
         let denominator =
             candidate.held as f64 * clock.saturating_sub(candidate.last_access) as f64;
         if denominator > 0.0 {
@@ -436,12 +451,29 @@ impl CandidatePool {
     /// their extras, or when the pool grew large enough to keep them).
     fn rebuild_order(&mut self) {
         if let Some(ordered) = &mut self.ordered {
+            let extras = &self.extras;
             let places = (self.entries.iter().enumerate())
                 .filter_map(|(position, entry)| {
-                    entry.map(|candidate| ordered.place(&candidate, position as u32))
+                    let extra = extras.get(position).copied().unwrap_or(0);
+                    entry.map(|candidate| ordered.order.place(&candidate, extra, position as u32))
                 })
                 .collect();
             ordered.places = Some(places);
+        }
+    }
+
+    /// Summarises every entry anew (after the extras changed wholesale).
+    fn resummarize(&mut self) {
+        if !self.without_summaries {
+            let extras = &self.extras;
+            self.summaries = (self.entries.iter().enumerate())
+                .map(|(position, entry)| {
+                    let extra = extras.get(position).copied().unwrap_or(0);
+                    entry
+                        .as_ref()
+                        .map_or(Summary::HOLE, |c| Summary::of(c, extra))
+                })
+                .collect();
         }
     }
 
@@ -459,9 +491,11 @@ impl CandidatePool {
                 0
             };
             entry.last_access = info.last_access;
-            let summary = Summary::of(entry);
+            let new = *entry;
+            let summary = Summary::of(&new, self.extra_at(position));
+            let was = self.place_of(&old, position);
             self.summarize(position, summary);
-            self.reorder(position, &old);
+            self.reorder(position, was);
         }
     }
 
@@ -470,26 +504,21 @@ impl CandidatePool {
         let Some(position) = self.members.remove(storage) else {
             return;
         };
+        let was = self.place_of(self.at(position), position);
         let entry = self.entries[position as usize]
             .take()
             .expect("a member's entry");
         self.summarize(position, Summary::HOLE);
         self.bytes -= entry.held;
-        if let Some(
-            ordered @ Ordered {
-                places: Some(_), ..
-            },
-        ) = &mut self.ordered
-        {
+        if let Some(extra) = self.extras.get_mut(position as usize) {
+            *extra = 0;
+        }
+        if let (Some(ordered), Some(was)) = (&mut self.ordered, was) {
             if self.members.len() < ordered.from / 2 {
                 ordered.places = None;
-                ordered.extras = Vec::new();
+                self.drop_extras_unless_kept();
             } else {
-                let place = ordered.place(&entry, position);
-                ordered.places.as_mut().expect("kept places").remove(&place);
-                if let Some(extra) = ordered.extras.get_mut(position as usize) {
-                    *extra = 0;
-                }
+                ordered.places.as_mut().expect("kept places").remove(&was);
             }
         }
         if self.entries.len() > 64 && self.entries.len() > 2 * self.members.len() {
@@ -515,12 +544,9 @@ impl CandidatePool {
     /// 2% of a Transformer log's replay, which scans the whole pool.
     pub fn keep_summaries(&mut self, keep: bool) {
         self.without_summaries = !keep;
-        self.summaries = match keep {
-            true => (self.entries.iter())
-                .map(|entry| entry.as_ref().map_or(Summary::HOLE, Summary::of))
-                .collect(),
-            false => Vec::new(),
-        };
+        self.summaries = Vec::new();
+        self.drop_extras_unless_kept();
+        self.resummarize();
     }
 
     fn summarize(&mut self, position: u32, summary: Summary) {
@@ -545,8 +571,14 @@ impl CandidatePool {
                 self.entries.len()
             ));
         }
+        if !self.keeps_extras() && !self.extras.is_empty() {
+            return Err("pool extras kept with neither order nor summaries".into());
+        }
         for (position, (entry, summary)) in self.entries.iter().zip(&self.summaries).enumerate() {
-            let expected = entry.as_ref().map_or(Summary::HOLE, Summary::of);
+            let extra = self.extra_at(position as u32);
+            let expected = entry
+                .as_ref()
+                .map_or(Summary::HOLE, |c| Summary::of(c, extra));
             // NaN (a hole) is unequal to itself: compare the bits.
             let bits = |s: &Summary| (s.density.to_bits(), s.held, s.last_access);
             if bits(summary) != bits(&expected) {
@@ -564,14 +596,12 @@ impl CandidatePool {
     }
 
     fn compact(&mut self) {
-        if let Some(ordered) = &mut self.ordered {
-            // Holes have no extra (removals zero it): keep the members'.
-            let mut position = 0;
-            ordered.extras.retain(|_| {
-                position += 1;
-                self.entries[position - 1].is_some()
-            });
-        }
+        // Holes have no extra (removals zero it): keep the members'.
+        let mut position = 0;
+        self.extras.retain(|_| {
+            position += 1;
+            self.entries[position - 1].is_some()
+        });
         self.entries.retain(Option::is_some);
         self.summaries.retain(|summary| !summary.is_hole());
         for (position, candidate) in self.entries.iter().flatten().enumerate() {
@@ -584,21 +614,23 @@ impl CandidatePool {
 }
 
 /// What a heuristic may change in a [`CandidatePool`]: the extra cost
-/// counted in each member's [`PoolOrder::CostDensity`] key, which must
-/// stay a lower bound of what the heuristic's score adds to `c0` (else a
-/// search passes over a candidate it should choose). A member gets 0 when
-/// it enters the pool and whenever the places are dropped; the heuristic
-/// raises it after scoring the member and must lower it again before the
-/// next search wherever the added cost can fall.
+/// counted in each member's `(c0 + extra) / held` key, by which the
+/// [`PoolOrder::CostDensity`] order sorts and the √N draws' [`Summary`]
+/// bounds prune. It must stay a lower bound of what the heuristic's score
+/// adds to `c0` (else a search passes over a candidate it should choose).
+/// A member gets 0 when it enters the pool and whenever neither the places
+/// nor the summaries are kept; the heuristic raises it after scoring the
+/// member and must lower it again before the next search wherever the
+/// added cost can fall.
 pub struct Bounds<'a> {
     pool: &'a mut CandidatePool,
 }
 
 impl Bounds<'_> {
-    /// Whether the pool keeps places by [`PoolOrder::CostDensity`] keys
-    /// now: only then are extras kept, and worth maintaining.
+    /// Whether the pool keeps places by [`PoolOrder::CostDensity`] keys,
+    /// or summaries, now: only then are extras kept, and worth maintaining.
     pub fn kept(&self) -> bool {
-        self.pool.order() == Some(PoolOrder::CostDensity)
+        self.pool.keeps_extras()
     }
 
     /// Counts `extra` beside `c0` in the key of `storage`, a storage of
@@ -617,11 +649,12 @@ impl Bounds<'_> {
 
     /// Sets every member's extra to 0.
     pub fn clear(&mut self) {
-        if let Some(ordered) = &mut self.pool.ordered {
-            if ordered.extras.iter().any(|&extra| extra > 0) {
-                ordered.extras = Vec::new();
+        if self.pool.extras.iter().any(|&extra| extra > 0) {
+            self.pool.extras = Vec::new();
+            if self.pool.order().is_some() {
                 self.pool.rebuild_order();
             }
+            self.pool.resummarize();
         }
     }
 
@@ -728,11 +761,16 @@ pub(super) mod tests {
                 last_access: pick(&mut rng),
             };
             let clock = candidate.last_access.saturating_add(pick(&mut rng));
-            let summary = Summary::of(&candidate);
+            let extra = if rng.gen() { 0 } else { pick(&mut rng) };
+            let summary = Summary::of(&candidate, extra);
             assert!(!summary.is_hole());
+            let keyed = Candidate {
+                cost: candidate.cost.saturating_add(extra),
+                ..candidate
+            };
             let (bound, exact) = (
                 summary.cost_density_bound(clock),
-                candidate.cost_density_bound(clock),
+                keyed.cost_density_bound(clock),
             );
             assert!(
                 bound <= exact,
@@ -758,6 +796,16 @@ pub(super) mod tests {
         assert_eq!(pool.check_summaries(), Ok(()));
         pool.keep_summaries(true);
         assert_eq!(pool.summaries().len(), pool.entries().len());
+        assert_eq!(pool.check_summaries(), Ok(()));
+        // An extra set through the bounds raises the summary's bound, and
+        // goes when the summaries do (no heuristic maintains it then).
+        let plain = pool.summaries()[1].cost_density_bound(10);
+        pool.bounds().set(t, 40, 8);
+        assert_eq!(pool.extra(t), 40);
+        assert!(pool.summaries()[1].cost_density_bound(10) > plain);
+        assert_eq!(pool.check_summaries(), Ok(()));
+        pool.keep_summaries(false);
+        assert_eq!(pool.extra(t), 0);
         assert_eq!(pool.check_summaries(), Ok(()));
     }
 

@@ -135,10 +135,12 @@ impl CandidateSearch {
     /// either way.
     ///
     /// `density_floor` is `Some(clock)` when every score is at least the
-    /// candidate's [`Candidate::cost_density_bound`] at `clock`: a √N draw
-    /// whose [`Summary`](super::Summary) bound is already above the best score is then
-    /// passed over without reading its entry or scoring it, as `score`
-    /// would have answered `None` for it.
+    /// candidate's key over its staleness at `clock`, `(c0 + extra) /
+    /// (held · stale)` (see [`Bounds`](super::Bounds); with no extra set,
+    /// [`Candidate::cost_density_bound`]): a √N draw whose
+    /// [`Summary`](super::Summary) bound is already above the best score
+    /// is then passed over without reading its entry or scoring it, as
+    /// `score` would have answered `None` for it.
     ///
     /// With √N sampling, ⌈√N⌉ candidates are drawn uniformly with
     /// replacement, skipping those under 1% of the average size (the first
@@ -494,10 +496,11 @@ mod tests {
     }
 
     /// Draws taken ahead, skipped candidates and draws passed over by their
-    /// summary's bound change nothing: the same victims, scores and
-    /// generator state as one draw at a time, with holes in the pool, small
-    /// candidates, ties and zero scores; in pools large enough for runs of
-    /// 2 and 4 positions too, some wrapping around the end.
+    /// summary's bound (keys' extras counted) change nothing: the same
+    /// victims, scores and generator state as one draw at a time, with
+    /// holes in the pool, small candidates, ties and zero scores; in pools
+    /// large enough for runs of 2 and 4 positions too, some wrapping around
+    /// the end.
     #[test]
     fn sqrt_search_chooses_as_one_draw_at_a_time() {
         let mut setup = StdRng::seed_from_u64(7);
@@ -523,12 +526,25 @@ mod tests {
             if ids.iter().all(|&id| !pool.contains(id)) {
                 pool.insert(ids[0], 1000, &info(1000, 1, 1));
             }
+            // Keys' extras, which the summaries' bounds count.
+            for &id in &ids {
+                if setup.gen_ratio(1, 4) {
+                    let held = pool.get(id).map_or(0, |c| c.held);
+                    pool.bounds().set(id, setup.gen_range(0..8), held);
+                }
+            }
+            assert_eq!(pool.check_summaries(), Ok(()));
+            assert!(n < 57 || ids.iter().any(|&id| pool.extra(id) > 0));
             for seed in 0..20 {
-                // Odd seeds score at least the cost density (scaled up so
-                // the bound prunes), and say so.
+                // Odd seeds score at least the key over the staleness
+                // (scaled up so the bound prunes), and say so.
                 let floor = (seed % 2 == 1).then_some(clock);
                 let score = |c: &Candidate| {
-                    let density = c.cost_density_bound(clock);
+                    let keyed = Candidate {
+                        cost: c.cost + pool.extra(c.storage),
+                        ..*c
+                    };
+                    let density = keyed.cost_density_bound(clock);
                     match floor {
                         Some(_) if density.is_finite() => scores[c.storage] + 50.0 * density,
                         Some(_) => f64::INFINITY,
