@@ -101,3 +101,36 @@ fn moving_blocks_completes_where_fragmentation_runs_out_of_memory() {
         counted.overhead
     );
 }
+
+/// The same from the command line: the arena replay that runs out of memory
+/// names `--memory arena-compact` (JSON `compacting_overhead`), which
+/// completes and reports its moves.
+#[test]
+fn a_stopped_arena_replay_names_the_compacting_arena() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("traces/torchvision/mobilenet_v2-b16.jsonl");
+    let replay = |memory: &str| -> serde_json::Value {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_dtr"))
+            .args([
+                "replay",
+                trace.to_str().unwrap(),
+                "--ratio",
+                "0.3",
+                "--json",
+            ])
+            .args(["--memory", memory])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let placed = replay("arena");
+    assert_eq!(placed["status"], "oom", "{placed}");
+    assert!(placed["compacting_overhead"].as_f64().is_some(), "{placed}");
+    assert_eq!(placed["compactions"], 0);
+    let moved = replay("arena-compact");
+    assert_eq!(moved["status"], "ok", "{moved}");
+    assert!(moved["compactions"].as_u64().unwrap() > 0, "{moved}");
+    assert!(moved["moved_bytes"].as_u64().unwrap() > 0, "{moved}");
+    assert_eq!(moved["overhead"], placed["compacting_overhead"]);
+    assert!(moved["compacting_overhead"].is_null());
+}

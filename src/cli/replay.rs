@@ -118,6 +118,20 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         }
         _ => None,
     };
+    // And, in an arena, whether moving blocks would: fragmentation can
+    // hide room that the free bytes hold.
+    let by_moving = match (report_stopped(&outcome), spec.memory) {
+        (true, MemoryModel::Arena { alignment } | MemoryModel::FirstFitArena { alignment })
+            if suggestion.is_some() =>
+        {
+            let compacting = RunSpec {
+                memory: MemoryModel::CompactingArena { alignment },
+                ..spec.clone()
+            };
+            Some(compacting.run(&workload)?).filter(|moved| !report_stopped(moved))
+        }
+        _ => None,
+    };
     let finished = Finished {
         args: &args,
         spec: &spec,
@@ -125,6 +139,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         outcome: &outcome,
         suggestion: suggestion.as_ref(),
         by_swap: by_swap.as_ref(),
+        by_moving: by_moving.as_ref(),
     };
     if args.json {
         println!("{}", finished.to_json());
@@ -229,6 +244,9 @@ struct Finished<'a> {
     /// The same run under `--restore hybrid`, when that completes where
     /// this one stopped.
     by_swap: Option<&'a dtr::experiments::Outcome>,
+    /// The same run in a compacting arena, when the run stopped in an arena
+    /// and that completes.
+    by_moving: Option<&'a dtr::experiments::Outcome>,
 }
 
 impl Finished<'_> {
@@ -269,6 +287,7 @@ impl Finished<'_> {
             "suggested_ratio": suggestion.and_then(|f| f.ratio),
             "suggested_budget_bytes": suggestion.and_then(|f| f.budget_bytes),
             "hybrid_overhead": self.by_swap.map(|o| o.overhead),
+            "compacting_overhead": self.by_moving.map(|o| o.overhead),
             "fragmentation": arena.map(|a| a.fragmentation),
             "largest_free_bytes": arena.map(|a| a.largest_free_bytes),
             "free_blocks": arena.map(|a| a.free_blocks),
@@ -359,6 +378,16 @@ impl Finished<'_> {
                 swapped.overhead,
                 swapped.report.stats.swap_outs,
                 spec.swap.bandwidth / 1e9
+            );
+        }
+        if let Some(moved) = self.by_moving {
+            let stats = &moved.report.stats;
+            println!(
+                "  or              --memory arena-compact completes at this budget (overhead {:.4}, \
+                 {} compactions moving {})",
+                moved.overhead,
+                stats.compactions,
+                human(stats.moved_bytes)
             );
         }
     }
