@@ -127,12 +127,16 @@ impl Arena {
     /// fit, largest first); the moves, or `None` with the arena as before.
     fn clear_window(&mut self, start: u64, length: u64) -> Option<Vec<Move>> {
         let end = start + length;
-        let inside: Vec<(u64, u64, StorageId)> = self
+        // Blocks do not overlap: those that end past `start` are the last
+        // ones before `end`.
+        let mut inside: Vec<(u64, u64, StorageId)> = self
             .used
             .range(..end)
-            .filter(|(&offset, &(size, _))| offset + size > start)
+            .rev()
+            .take_while(|(&offset, &(size, _))| offset + size > start)
             .map(|(&offset, &(size, owner))| owner.map(|owner| (offset, size, owner)))
             .collect::<Option<_>>()?;
+        inside.reverse();
         for &(offset, size, _) in &inside {
             self.free(Block { offset, size });
         }
