@@ -391,6 +391,11 @@ impl Config {
         (bytes as f64 * 1e9 / self.move_bandwidth).ceil() as u64
     }
 
+    /// The bytes moved within device memory in `cost` units (nanoseconds).
+    pub fn bytes_moved_in(&self, cost: u64) -> u64 {
+        (cost as f64 * self.move_bandwidth / 1e9) as u64
+    }
+
     /// Checks that the move bandwidth is a positive, finite number.
     pub fn validate_move_bandwidth(bandwidth: f64) -> Result<()> {
         if bandwidth.is_finite() && bandwidth > 0.0 {

@@ -66,17 +66,18 @@ impl<B: Backend> Interpreter<B> {
         held_back: &mut Vec<StorageId>,
     ) -> Result<Vec<Block>> {
         let mut guard = self.config.remat_memory_guard;
+        // Moving blocks may take as long as the op that needs the room, no
+        // longer: past that, evicting is the better bet. Once nothing can
+        // be evicted, moving whatever it takes beats running out of memory.
+        let movable = match purpose {
+            RoomFor::Op { node, .. } => self.config.bytes_moved_in(self.graph.nodes[node].cost()),
+            RoomFor::Put(_) | RoomFor::CopyBack => 0,
+        };
         loop {
             if let Some(blocks) = self.table.reserve(sizes) {
                 return Ok(blocks);
             }
-            // Moving more bytes than the request costs more than writing
-            // it: evict instead, and move whatever it takes only when
-            // nothing is left to evict. (On the authors' logs, allowing
-            // twice the request, or moving whenever the free bytes allow,
-            // needed larger budgets: the moves cost more than the evictions
-            // they saved.)
-            if let Some(blocks) = self.reserve_by_moving(sizes, requested) {
+            if let Some(blocks) = self.reserve_by_moving(sizes, movable) {
                 return Ok(blocks);
             }
             let stuck = self.table.pool().is_empty()
