@@ -223,8 +223,13 @@ impl Arena {
         Some(blocks)
     }
 
-    /// Records who owns a used block (for address-ordered policies).
+    /// Records who owns a used block (for address-ordered policies, and
+    /// for moving it). A block of no bytes has no place: another block may
+    /// start at its offset.
     pub(crate) fn set_owner(&mut self, block: Block, owner: Option<StorageId>) {
+        if block.size == 0 {
+            return;
+        }
         if let Some(entry) = self.used.get_mut(&block.offset) {
             entry.1 = owner;
         }
@@ -390,6 +395,29 @@ mod tests {
         assert_eq!(arena.allocate(200, None).unwrap().offset, 0);
         assert_eq!(arena.allocate(256, None).unwrap().offset, 256);
         assert_eq!(arena.allocate(600, None).unwrap().offset, 1280);
+    }
+
+    /// A storage of no bytes gets the block `{0, 0}`, which is no place: it
+    /// must not take over the owner of the block that starts at offset 0
+    /// (moving that block would then update the wrong storage).
+    #[test]
+    fn an_empty_block_owns_nothing() {
+        let mut keys: slotmap::SlotMap<StorageId, ()> = slotmap::SlotMap::with_key();
+        let (a, b) = (keys.insert(()), keys.insert(()));
+        let mut arena = Arena::new(1024, 256);
+        let block = arena.allocate(512, None).unwrap();
+        arena.set_owner(block, Some(a));
+        let empty = arena.allocate(0, None).unwrap();
+        assert_eq!(empty, Block { offset: 0, size: 0 });
+        arena.set_owner(empty, Some(b));
+        let owners: Vec<_> = arena
+            .pieces()
+            .filter_map(|piece| match piece {
+                Piece::Used { owner, .. } => Some(owner),
+                Piece::Free { .. } => None,
+            })
+            .collect();
+        assert_eq!(owners, [Some(a)]);
     }
 
     #[test]
