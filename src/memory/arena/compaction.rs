@@ -29,7 +29,7 @@ pub struct Move {
     pub to: Block,
 }
 
-/// Windows tried, cheapest first, before sliding everything down.
+/// Windows tried, cheapest first, before sliding a run.
 const WINDOWS_TRIED: usize = 4;
 
 /// A piece of the address space, as the window search reads it.
