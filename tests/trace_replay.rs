@@ -230,6 +230,10 @@ fn native_errors_name_file_and_line() {
             format!("{put}\n{{\"event\":\"apply\",\"op\":\"two\",\"inputs\":[1],\"outputs\":[{{\"id\":2,\"bytes\":4}},{{\"id\":3,\"bytes\":4}},{{\"id\":2,\"bytes\":4}}],\"cost\":1}}"),
             "bad.jsonl:3: output id 2 is repeated",
         ),
+        (
+            format!("{put}\n{{\"event\":\"apply\",\"op\":\"v\",\"inputs\":[1],\"outputs\":[{{\"id\":2,\"bytes\":0,\"alias_of\":0}}],\"cost\":1}}\n{{\"event\":\"detach\",\"id\":2}}"),
+            "bad.jsonl:4: detach of tensor id 2, a view of another tensor's storage",
+        ),
     ];
     for (body, expected) in cases {
         let message = native_error(&body);

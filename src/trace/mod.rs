@@ -751,6 +751,17 @@ impl TraceBuilder {
                 ))
             }
             TraceEvent::Unpin { .. } => self.pins[storage] -= 1,
+            // As the interpreter refuses it: a view shares its storage's
+            // history, which only the storage's own tensor can cut.
+            TraceEvent::Detach { .. } if storage != tensor as usize => {
+                return Err(self.fail(
+                    line,
+                    format!(
+                        "detach of {label}, a view of another tensor's storage \
+                         (detach a contiguous copy)"
+                    ),
+                ))
+            }
             _ => {}
         }
         self.push(line, event);
