@@ -47,6 +47,12 @@ pub struct RunArgs {
     /// host memory and back, at 16 GB/s on the copy queue's clock.
     #[arg(long, value_enum, default_value = "drop")]
     pub restore: dtr::RestoreMode,
+    /// How memory is counted under the budget: `counter` (bytes), `arena`
+    /// (offsets in one address space, so fragmentation counts; the
+    /// backends' buffers stay their own, the arena is a model) or
+    /// `arena-compact` (the arena, moving blocks to open holes).
+    #[arg(long, default_value = "counter")]
+    pub memory: dtr::memory::MemoryModel,
 }
 
 /// A model and its data, trained for some steps in a session; its flags
@@ -109,7 +115,8 @@ fn train_once<B: Backend, M: Model>(
     let config = Config::default()
         .with_heuristic(args.policy.clone())
         .with_budget(budget.into())
-        .with_restore(args.restore);
+        .with_restore(args.restore)
+        .with_memory(args.memory);
     let session = Session::new(backend, config)?;
     let io = |path: &PathBuf, e: std::io::Error| {
         dtr::Error::InvalidArgument(format!("--record {}: {e}", path.display()))
