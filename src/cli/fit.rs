@@ -22,7 +22,7 @@ pub struct Args {
     /// Heuristics, comma-separated (see `dtr heuristics`).
     #[arg(long, value_delimiter = ',', default_value = dtr::policy::DEFAULT_HEURISTIC)]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, `arena-ff` (first fit) or `arena-compact` (moves blocks instead of evicting for room that fragmentation hides), the last two with the same suffix.
+    /// Memory models, comma-separated: `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, default_value = "all")]

@@ -30,7 +30,7 @@ pub struct Args {
     /// for static √N checkpointing, which takes no budget.
     #[arg(long, default_value = dtr::policy::DEFAULT_HEURISTIC)]
     heuristic: String,
-    /// `counter`, `arena` (256-byte aligned), `arena:ALIGNMENT`, `arena-ff` (first fit) or `arena-compact` (moves blocks instead of evicting for room that fragmentation hides), the last two with the same suffix.
+    /// `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
     #[arg(long, default_value = "counter")]
     memory: MemoryModel,
     #[arg(long, value_enum, default_value = "all")]

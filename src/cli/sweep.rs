@@ -35,7 +35,7 @@ pub struct SweepArgs {
         default_value = "dtr,dtr-eq,dtr-local,msps,lru,size,static-sqrt"
     )]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, `arena`, `arena:ALIGNMENT`, `arena-ff` (first fit) or `arena-compact` (moves blocks instead of evicting for room that fragmentation hides), the last two with the same suffix.
+    /// Memory models, comma-separated: `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
