@@ -64,6 +64,10 @@ impl Arena {
         if self.fits_all(sizes) {
             return Some(Vec::new());
         }
+        if most_bytes == 0 {
+            // Free pieces are coalesced: a hole that needs no move fits.
+            return None;
+        }
         let spans = self.spans();
         let run = cheapest_run(&spans, total).filter(|&(cost, _, _)| cost <= most_bytes);
         for (cost, start) in cheapest_windows(&spans, total, self.alignment, self.capacity) {
