@@ -34,7 +34,7 @@ pub use config::{parse_bytes, Budget, Config, RestoreMode, SwapConfig};
 pub use error::{Error, Result};
 pub use graph::TensorId;
 pub use interp::{
-    Event, Interpreter, MemoryReport, Observer, PlanRecord, Reservation, RunEvent, Stats,
+    BlockMove, Event, Interpreter, MemoryReport, Observer, PlanRecord, Reservation, RunEvent, Stats,
 };
 pub use ops::{BinaryOp, Op, ReduceOp, ScalarOp, UnaryOp, Window2d};
 

@@ -636,18 +636,28 @@ proptest! {
 
     /// A static plan recorded from a budgeted run reruns the program with
     /// no policy, every allocation at its planned offset, to the same values
-    /// and the same recomputations.
+    /// and the same recomputations: offsets packed after a run that counted
+    /// bytes, or those of a run in a compacting arena, its moves included.
     #[test]
     fn a_plan_reruns_its_program_exactly(
         program in prop::collection::vec(step(), 1..80),
         budget_fraction in 0.05f64..1.0,
         heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "msps", "lru", "coop"]),
+        compacting in any::<bool>(),
     ) {
         let mut unbounded = Runner::new(Config::default());
         let expected = unbounded.run(&program);
         let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
 
-        let config = Config::default().with_heuristic(heuristic).with_budget_bytes(budget);
+        let memory = if compacting {
+            MemoryModel::CompactingArena { alignment: 16 }
+        } else {
+            MemoryModel::Counter
+        };
+        let config = Config::default()
+            .with_heuristic(heuristic)
+            .with_memory(memory)
+            .with_budget_bytes(budget);
         let mut recorded = Runner::prepared(config, |dtr| dtr.record_plan().unwrap());
         let observed = recorded.run(&program);
         prop_assert_eq!(&observed, &expected);
@@ -658,15 +668,23 @@ proptest! {
             return Ok(());
         }
         let record = recorded.dtr.plan_record().unwrap();
-        let lifetimes: Vec<packing::Lifetime> = record
-            .lifetimes
-            .iter()
-            .map(|l| packing::Lifetime { bytes: l.bytes.div_ceil(256) * 256, ..*l })
-            .collect();
-        let (offsets, arena) = packing::pack(&lifetimes, 256);
-        prop_assert!(packing::check(&lifetimes, &offsets, arena).is_ok());
+        let (offsets, arena, alignment) = if compacting {
+            (record.offsets.clone(), recorded.budget.unwrap_or(budget), 16)
+        } else {
+            prop_assert!(record.reservations.iter().all(|r| r.moves.is_empty()));
+            let lifetimes: Vec<packing::Lifetime> = record
+                .lifetimes
+                .iter()
+                .map(|l| packing::Lifetime { bytes: l.bytes.div_ceil(256) * 256, ..*l })
+                .collect();
+            let (offsets, arena) = packing::pack(&lifetimes, 256);
+            prop_assert!(packing::check(&lifetimes, &offsets, arena).is_ok());
+            (offsets, arena, 256)
+        };
 
-        let config = Config::default().with_memory(MemoryModel::arena()).with_budget_bytes(arena);
+        let config = Config::default()
+            .with_memory(MemoryModel::Arena { alignment })
+            .with_budget_bytes(arena);
         let mut followed = Runner::prepared(config, |dtr| {
             dtr.follow_plan(record.reservations.clone(), Some(offsets)).unwrap()
         });
@@ -674,6 +692,9 @@ proptest! {
         prop_assert!(!followed.hit_oom);
         prop_assert_eq!(again, expected);
         prop_assert!(followed.dtr.plan_finished());
-        prop_assert_eq!(followed.dtr.stats().compute, recorded.dtr.stats().compute);
+        let (before, after) = (recorded.dtr.stats(), followed.dtr.stats());
+        prop_assert_eq!(after.compute, before.compute);
+        prop_assert_eq!(after.moved_bytes, before.moved_bytes);
+        prop_assert!(followed.dtr.memory().peak_bytes <= arena);
     }
 }

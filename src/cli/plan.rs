@@ -83,6 +83,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "dynamic_arena_status": dynamic.report.status,
             "dynamic_arena_overhead": dynamic.overhead,
             "allocations": plan.lifetimes.len(),
+            "evictions": plan.evictions(),
+            "moves": plan.moves(),
             "out": args.out.display().to_string(),
         });
         println!("{object}");
@@ -118,10 +120,11 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
             "overhead", plan.overhead, followed.overhead
         );
         println!(
-            "  {:<28} {} allocations, {} evictions; written to {}",
+            "  {:<28} {} allocations, {} evictions, {} moves; written to {}",
             "plan",
             plan.lifetimes.len(),
             plan.evictions(),
+            plan.moves(),
             args.out.display()
         );
     }
@@ -143,6 +146,7 @@ pub fn follow(trace: &Path, format: FormatArg, plan: &Path, json: bool) -> dtr::
             "overhead": outcome.overhead,
             "evictions": report.stats.evictions,
             "rematerializations": report.stats.rematerializations,
+            "moved_bytes": report.stats.moved_bytes,
         });
         println!("{object}");
     } else {
@@ -162,6 +166,13 @@ pub fn follow(trace: &Path, format: FormatArg, plan: &Path, json: bool) -> dtr::
             "  evictions       {} (remats {})",
             report.stats.evictions, report.stats.rematerializations
         );
+        if report.stats.moved_bytes > 0 {
+            println!(
+                "  moved           {} in {} compactions",
+                human(report.stats.moved_bytes),
+                report.stats.compactions
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

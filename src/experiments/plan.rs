@@ -1,8 +1,9 @@
 //! Static plans from a DTR run: run a trace once under a heuristic, keep the
 //! schedule it executed (which storages each allocation evicted, and so
 //! which recomputations followed) and give every allocation a fixed offset
-//! from an offline packer. Following the plan needs no policy, and its
-//! arena cannot fragment.
+//! from an offline packer, or keep the offsets (and the moves) of a run
+//! that placed blocks as it went. Following the plan needs no policy, and
+//! its arena cannot fragment.
 
 use std::path::Path;
 
@@ -17,7 +18,7 @@ use crate::graph::TensorId;
 use crate::memory::packing::{self, Lifetime};
 use crate::memory::MemoryModel;
 use crate::trace::replay::ReplayStatus;
-use crate::Reservation;
+use crate::{BlockMove, Reservation};
 
 /// One request for memory, as a plan file keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -25,14 +26,29 @@ pub struct PlannedReservation {
     /// The tensors evicted to make room, by the recorded run's ids.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evict: Vec<u64>,
+    /// The blocks then moved to open a hole (a compacting arena's run), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<PlannedMove>,
     /// Whether it then ran out of memory (an op that then got room by relaxing
     /// locks asks again).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub out_of_memory: bool,
 }
 
-/// The plan file's format version.
-const PLAN_VERSION: u32 = 1;
+/// A block moved, as a plan file keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedMove {
+    /// The storage in it, by the recorded run's id of its root tensor.
+    pub tensor: u64,
+    /// The allocation it is (an index into [`Plan::lifetimes`]).
+    pub allocation: usize,
+    /// The offset it moves to.
+    pub to: u64,
+}
+
+/// The plan file's format version: 2 added moves (a version 1 plan is a
+/// version 2 plan without them).
+const PLAN_VERSION: u32 = 2;
 
 /// A schedule and its placement, as `dtr plan` writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,11 +73,13 @@ pub struct Plan {
     /// The offsets' and sizes' alignment, in bytes (a power of two).
     pub alignment: u64,
     /// Each request for memory of the run, in order: the tensors (by the
-    /// run's ids) it evicted, and whether it then ran out of memory.
+    /// run's ids) it evicted, the blocks it moved, and whether it then ran
+    /// out of memory.
     pub reservations: Vec<PlannedReservation>,
     /// Every allocation's lifetime (sizes aligned), in the order they are made.
     pub lifetimes: Vec<Lifetime>,
-    /// Every allocation's offset in the arena, in the same order.
+    /// Every allocation's offset in the arena when made, in the same order
+    /// (moves may take it elsewhere later).
     pub offsets: Vec<u64>,
 }
 
@@ -73,7 +91,9 @@ impl Plan {
     /// again under a budget smaller by that excess, and by at least 0.5% of
     /// the budget (a few times at most).
     /// The smallest arena found is kept, within the budget or not (see
-    /// [`Plan::fits`]). Fails if the first run does not complete.
+    /// [`Plan::fits`]). Where none fits, the run placing blocks as it goes
+    /// in an arena of the budget, moving them (`arena-compact`) or not, is
+    /// the plan if it completes. Fails if the first run does not complete.
     pub fn make(workload: &Workload, spec: &RunSpec, alignment: u64) -> Result<Plan> {
         const ATTEMPTS: usize = 8;
         let counted = RunSpec {
@@ -104,14 +124,24 @@ impl Plan {
         }
         if !best.fits() {
             // The heuristic placing blocks as it goes, in an arena of the
-            // budget: where that run completes, its own placement is a plan
-            // that fits (its compute may be higher: it evicted for room).
-            let placed = RunSpec {
-                budget: Budget::Bytes(target),
-                memory: MemoryModel::Arena { alignment },
-                ..spec.clone()
-            };
-            if let Ok(plan) = Plan::record(workload, &placed, alignment) {
+            // budget: where that run completes, its own placement (and its
+            // moves) is a plan that fits. Its compute may be higher (it
+            // evicted for room, or moved blocks): the cheaper one is kept.
+            let placed = [
+                MemoryModel::Arena { alignment },
+                MemoryModel::CompactingArena { alignment },
+            ]
+            .into_iter()
+            .filter_map(|memory| {
+                let spec = RunSpec {
+                    budget: Budget::Bytes(target),
+                    memory,
+                    ..spec.clone()
+                };
+                Plan::record(workload, &spec, alignment).ok()
+            })
+            .min_by(|a, b| a.overhead.total_cmp(&b.overhead));
+            if let Some(plan) = placed {
                 best = plan;
             }
         }
@@ -122,6 +152,80 @@ impl Plan {
     /// Evictions the plan makes (besides eager ones).
     pub fn evictions(&self) -> usize {
         self.reservations.iter().map(|r| r.evict.len()).sum()
+    }
+
+    /// Blocks the plan moves.
+    pub fn moves(&self) -> usize {
+        self.reservations.iter().map(|r| r.moves.len()).sum()
+    }
+
+    /// Where the allocations are over their lives: a lifetime and an
+    /// offset for each stretch of an allocation between its moves (one per
+    /// allocation where nothing moves). A move made for the `j`-th
+    /// reservation that got room happens at step `2j + 1`, with the frees
+    /// before it (see the storage table's allocation log).
+    pub fn placements(&self) -> std::result::Result<(Vec<Lifetime>, Vec<u64>), String> {
+        if self.offsets.len() != self.lifetimes.len() {
+            return Err(format!(
+                "{} offsets for {} allocations",
+                self.offsets.len(),
+                self.lifetimes.len()
+            ));
+        }
+        // Each allocation's stretch under way: its start and offset.
+        let mut current: Vec<(u64, u64)> = (self.lifetimes.iter().zip(&self.offsets))
+            .map(|(l, &offset)| (l.start, offset))
+            .collect();
+        let (mut stretches, mut offsets) = (Vec::new(), Vec::new());
+        let mut step = 1u64;
+        for (k, reservation) in self.reservations.iter().enumerate() {
+            if reservation.out_of_memory {
+                if !reservation.moves.is_empty() {
+                    return Err(format!(
+                        "reservation {k} ran out of memory but moved blocks"
+                    ));
+                }
+                continue;
+            }
+            for m in &reservation.moves {
+                let Some(lifetime) = self.lifetimes.get(m.allocation) else {
+                    return Err(format!(
+                        "reservation {k} moves allocation {}, of {}",
+                        m.allocation,
+                        self.lifetimes.len()
+                    ));
+                };
+                if !(lifetime.start < step && step < lifetime.end) {
+                    return Err(format!(
+                        "reservation {k} moves allocation {}, which is not alive then",
+                        m.allocation
+                    ));
+                }
+                let (start, offset) = current[m.allocation];
+                if start < step {
+                    stretches.push(Lifetime {
+                        end: step,
+                        start,
+                        ..*lifetime
+                    });
+                    offsets.push(offset);
+                }
+                current[m.allocation] = (step, m.to);
+            }
+            step += 2;
+        }
+        for (lifetime, (start, offset)) in self.lifetimes.iter().zip(current) {
+            stretches.push(Lifetime { start, ..*lifetime });
+            offsets.push(offset);
+        }
+        Ok((stretches, offsets))
+    }
+
+    /// Checks that no two allocations alive at once overlap, moves
+    /// included, and that all of them lie inside the planned arena.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let (stretches, offsets) = self.placements()?;
+        packing::check(&stretches, &offsets, self.arena_bytes)
     }
 
     /// Whether the planned arena fits the budget the plan was asked for.
@@ -168,19 +272,18 @@ impl Plan {
                 ..l
             })
             .collect();
-        let (offsets, arena_bytes) = match spec.memory {
-            // Its blocks, aligned as the plan's, where the run placed them.
-            MemoryModel::Arena { alignment: placed } if placed == alignment => {
-                let arena = (lifetimes.iter().zip(&record.offsets))
-                    .map(|(l, &offset)| offset + l.bytes)
-                    .max()
-                    .unwrap_or(0);
-                (record.offsets, arena)
-            }
-            _ => packing::pack(&lifetimes, alignment),
+        // In arena memory with the plan's blocks, the run's own placement.
+        let placed = matches!(
+            spec.memory,
+            MemoryModel::Arena { alignment: a } | MemoryModel::CompactingArena { alignment: a }
+                if a == alignment
+        );
+        let (offsets, arena_bytes) = if placed {
+            (record.offsets, 0)
+        } else {
+            packing::pack(&lifetimes, alignment)
         };
-        packing::check(&lifetimes, &offsets, arena_bytes).map_err(Error::InvalidArgument)?;
-        Ok(Plan {
+        let mut plan = Plan {
             version: PLAN_VERSION,
             trace: workload.trace.source.clone(),
             trace_events: workload.trace.events.len(),
@@ -194,13 +297,29 @@ impl Plan {
                 .reservations
                 .iter()
                 .map(|r| PlannedReservation {
-                    evict: r.victims.iter().map(|t| t.data().as_ffi()).collect(),
+                    evict: r.victims.iter().map(|&t| tensor_id(t)).collect(),
+                    moves: (r.moves.iter())
+                        .map(|m| PlannedMove {
+                            tensor: tensor_id(m.tensor),
+                            allocation: m.allocation,
+                            to: m.to,
+                        })
+                        .collect(),
                     out_of_memory: r.out_of_memory,
                 })
                 .collect(),
             lifetimes,
             offsets,
-        })
+        };
+        if placed {
+            let (stretches, offsets) = plan.placements().map_err(Error::InvalidArgument)?;
+            plan.arena_bytes = (stretches.iter().zip(offsets))
+                .map(|(l, offset)| offset + l.bytes)
+                .max()
+                .unwrap_or(0);
+        }
+        plan.check().map_err(Error::InvalidArgument)?;
+        Ok(plan)
     }
 
     /// Runs `workload` by the plan, with no policy, in an arena of exactly
@@ -227,10 +346,13 @@ impl Plan {
             .reservations
             .iter()
             .map(|r| Reservation {
-                victims: r
-                    .evict
-                    .iter()
-                    .map(|&id| TensorId::from(KeyData::from_ffi(id)))
+                victims: r.evict.iter().map(|&id| tensor(id)).collect(),
+                moves: (r.moves.iter())
+                    .map(|m| BlockMove {
+                        tensor: tensor(m.tensor),
+                        allocation: m.allocation,
+                        to: m.to,
+                    })
                     .collect(),
                 out_of_memory: r.out_of_memory,
             })
@@ -282,13 +404,16 @@ impl Plan {
         let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
         let plan: Plan = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidArgument(format!("{}: not a plan: {e}", path.display())))?;
-        if plan.version != PLAN_VERSION {
+        if !(1..=PLAN_VERSION).contains(&plan.version) {
             return Err(Error::InvalidArgument(format!(
-                "{}: plan version {} (this dtr reads version {PLAN_VERSION})",
+                "{}: plan version {} (this dtr reads versions 1 to {PLAN_VERSION})",
                 path.display(),
                 plan.version
             )));
         }
+        plan.check().map_err(|e| {
+            Error::InvalidArgument(format!("{}: not a valid plan: {e}", path.display()))
+        })?;
         Ok(plan)
     }
 
@@ -298,4 +423,14 @@ impl Plan {
             serde_json::to_string(self).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         super::write_atomic(path, (text + "\n").as_bytes())
     }
+}
+
+/// A tensor id as a plan file writes it (the run's slot-map key).
+fn tensor_id(tensor: TensorId) -> u64 {
+    tensor.data().as_ffi()
+}
+
+/// A plan file's tensor id as the run's key.
+fn tensor(id: u64) -> TensorId {
+    TensorId::from(KeyData::from_ffi(id))
 }

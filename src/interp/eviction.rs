@@ -135,14 +135,23 @@ impl<B: Backend> Interpreter<B> {
     /// free block does, moves blocks to open a hole and reserves it; the
     /// moves take their time on the compute stream.
     fn reserve_by_moving(&mut self, sizes: &[u64], most_bytes: u64) -> Option<Vec<Block>> {
-        let bytes = self.table.make_room_by_moving(sizes, most_bytes)?;
+        let moves = self.table.make_room_by_moving(sizes, most_bytes)?;
+        self.schedule_moves(&moves);
+        let bytes = moves
+            .iter()
+            .fold(0u64, |sum, m| sum.saturating_add(m.to.size));
+        self.charge_moves(bytes);
+        self.table.reserve(sizes)
+    }
+
+    /// Moved blocks take their time on the compute stream.
+    pub(super) fn charge_moves(&mut self, bytes: u64) {
         if bytes > 0 {
             let cost = self.config.move_cost(bytes);
             self.graph.clock += cost;
             self.observers
                 .notify(&RunEvent::Moved { bytes, cost }, &self.graph);
         }
-        self.table.reserve(sizes)
     }
 
     /// Whether some op that rematerialising `storage` (were it evicted now)

@@ -19,7 +19,7 @@ mod storage;
 mod swap;
 
 pub use observer::{EventLog, Observer, RunEvent, TensorInstruction, TracingLog};
-pub use schedule::{PlanRecord, Reservation};
+pub use schedule::{BlockMove, PlanRecord, Reservation};
 pub use stats::{Event, Stats};
 
 use slotmap::SecondaryMap;

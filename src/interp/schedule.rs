@@ -1,6 +1,7 @@
 //! Static plans from a DTR run: recording which storages each reservation
-//! evicted (and, in the storage table, every allocation's lifetime), and
-//! following such a record with no policy at all.
+//! evicted and, in a compacting arena, which blocks it moved where (and, in
+//! the storage table, every allocation's lifetime), and following such a
+//! record with no policy at all.
 
 use std::collections::VecDeque;
 
@@ -8,17 +9,17 @@ use super::eviction::RoomFor;
 use super::Interpreter;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::graph::TensorId;
+use crate::graph::{StorageId, TensorId};
 use crate::memory::packing::Lifetime;
-use crate::memory::Block;
+use crate::memory::{Block, Move};
 
 /// A schedule being recorded or followed.
 pub(super) enum Schedule {
     Record {
         /// The reservations so far.
         done: Vec<Reservation>,
-        /// The victims of the reservation under way.
-        current: Vec<TensorId>,
+        /// The reservation under way.
+        current: Reservation,
     },
     Follow {
         /// The reservations to come.
@@ -29,14 +30,29 @@ pub(super) enum Schedule {
 }
 
 /// One request for memory in a recorded run: the storages it evicted, by
-/// root tensor, and whether it then ran out of memory (an op that then got
-/// room by lock relaxation asks again).
+/// root tensor, the blocks it then moved (a compacting arena's), and
+/// whether it then ran out of memory (an op that then got room by lock
+/// relaxation asks again).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Reservation {
     /// The storages evicted for it, by root tensor, in order.
     pub victims: Vec<TensorId>,
+    /// The blocks moved for it after the evictions, in order.
+    pub moves: Vec<BlockMove>,
     /// It failed even after evicting them.
     pub out_of_memory: bool,
+}
+
+/// A resident storage's block moved to open a hole, as a reservation of a
+/// recorded run in a compacting arena moved it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockMove {
+    /// The storage, by root tensor.
+    pub tensor: TensorId,
+    /// Its block, by allocation (an index into [`PlanRecord::lifetimes`]).
+    pub allocation: usize,
+    /// The offset it moved to.
+    pub to: u64,
 }
 
 /// What a run recorded for a static plan: its reservations, and every
@@ -48,8 +64,8 @@ pub struct PlanRecord {
     /// Every allocation, in reservation steps.
     pub lifetimes: Vec<Lifetime>,
     /// Where each allocation was placed, in the same order: the arena's
-    /// offsets in arena memory (a placement the run itself proved), 0 in
-    /// counter memory.
+    /// offsets in arena memory (a placement the run itself proved, with
+    /// the reservations' moves), 0 in counter memory.
     pub offsets: Vec<u64>,
 }
 
@@ -60,7 +76,7 @@ impl<B: Backend> Interpreter<B> {
         self.before_any_instruction("record_plan")?;
         self.schedule = Some(Schedule::Record {
             done: Vec::new(),
-            current: Vec::new(),
+            current: Reservation::default(),
         });
         self.table.record_lifetimes();
         Ok(())
@@ -80,8 +96,8 @@ impl<B: Backend> Interpreter<B> {
 
     /// Follows a recorded schedule instead of a policy: each reservation
     /// evicts exactly its recorded victims (and fails where the recorded
-    /// one did), and (in arena memory, with `offsets`) places each
-    /// allocation at its planned offset. A program that departs from the
+    /// one did), and (in arena memory, with `offsets`) makes its recorded
+    /// moves and places each allocation at its planned offset. A program that departs from the
     /// plan gets an error naming the reservation. Only before the first
     /// instruction.
     pub fn follow_plan(
@@ -128,7 +144,26 @@ impl<B: Backend> Interpreter<B> {
     /// Notes a victim chosen by the policy (recording).
     pub(super) fn schedule_victim(&mut self, root: TensorId) {
         if let Some(Schedule::Record { current, .. }) = &mut self.schedule {
-            current.push(root);
+            current.victims.push(root);
+            // Moved, then evicted: a follower evicts it before any move.
+            current.moves.retain(|m| m.tensor != root);
+        }
+    }
+
+    /// Notes the blocks a compaction moved (recording).
+    pub(super) fn schedule_moves(&mut self, moves: &[Move]) {
+        if let Some(Schedule::Record { current, .. }) = &mut self.schedule {
+            for m in moves {
+                let allocation = self
+                    .table
+                    .allocation_of(m.owner)
+                    .expect("a moved block is a recorded allocation");
+                current.moves.push(BlockMove {
+                    tensor: self.graph.storages[m.owner].tensors[0],
+                    allocation,
+                    to: m.to.offset,
+                });
+            }
         }
     }
 
@@ -136,8 +171,8 @@ impl<B: Backend> Interpreter<B> {
     pub(super) fn schedule_reserved(&mut self, out_of_memory: bool) {
         if let Some(Schedule::Record { done, current }) = &mut self.schedule {
             done.push(Reservation {
-                victims: std::mem::take(current),
                 out_of_memory,
+                ..std::mem::take(current)
             });
         }
     }
@@ -146,8 +181,8 @@ impl<B: Backend> Interpreter<B> {
         matches!(self.schedule, Some(Schedule::Follow { .. }))
     }
 
-    /// A reservation by the plan: its victims, then its blocks (or the
-    /// out-of-memory error the recorded run got).
+    /// A reservation by the plan: its victims, its moves, then its blocks
+    /// (or the out-of-memory error the recorded run got).
     pub(super) fn reserve_as_planned(
         &mut self,
         sizes: &[u64],
@@ -177,6 +212,38 @@ impl<B: Backend> Interpreter<B> {
                 _ => return Err(broken(format!("victim {root:?} is not evictable"))),
             }
         }
+        // Evicting first only frees more room for the moves (a block moved
+        // and then evicted is not among them), and the moves go at once: a
+        // reservation's destinations are free once all its moved blocks left.
+        let mut targets: Vec<(StorageId, u64)> = Vec::with_capacity(planned.moves.len());
+        let mut moved = 0u64;
+        for planned_move in &planned.moves {
+            let storage = self
+                .graph
+                .tensors
+                .get(planned_move.tensor)
+                .map(|t| t.storage);
+            let Some(storage) = storage.filter(|&s| self.graph.storages[s].is_resident()) else {
+                return Err(broken(format!(
+                    "{:?} is not resident to move",
+                    planned_move.tensor
+                )));
+            };
+            match targets.iter_mut().find(|(s, _)| *s == storage) {
+                Some(target) => target.1 = planned_move.to,
+                None => targets.push((storage, planned_move.to)),
+            }
+            let bytes = self.graph.storages[storage].bytes;
+            let block = (self.table.memory().arena()).map_or(Some(bytes), |a| a.aligned(bytes));
+            moved = moved.saturating_add(block.unwrap_or(u64::MAX));
+        }
+        if !targets.is_empty() && self.table.move_blocks(&targets).is_none() {
+            return Err(broken(format!(
+                "blocks cannot move to offsets {:?}",
+                targets.iter().map(|t| t.1).collect::<Vec<_>>()
+            )));
+        }
+        self.charge_moves(moved);
         if planned.out_of_memory {
             let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
             return Err(self.out_of_memory(requested, purpose));

@@ -18,7 +18,7 @@ use crate::backend::{Backend, BufferView};
 use crate::error::Result;
 use crate::graph::{Graph, Residency, StorageId};
 use crate::memory::packing::Lifetime;
-use crate::memory::{Block, Memory, MemoryCounter};
+use crate::memory::{Block, Memory, MemoryCounter, Move};
 use crate::ops::ELEMENT_BYTES;
 use crate::policy::{CandidatePool, PolicyView};
 use crate::shape::Layout;
@@ -146,21 +146,39 @@ impl<B: Backend> StorageTable<B> {
 
     /// In a compacting arena, moves at most `most_bytes` of resident
     /// storages' blocks so that `sizes` fit (see
-    /// [`Memory::make_room_by_moving`]); the bytes moved, or `None` with
-    /// nothing moved. Never while recording a plan's offsets: a plan places
-    /// each allocation once.
-    pub(super) fn make_room_by_moving(&mut self, sizes: &[u64], most_bytes: u64) -> Option<u64> {
-        if self.log.is_some() {
-            return None;
-        }
+    /// [`Memory::make_room_by_moving`]); the moves, or `None` with nothing
+    /// moved.
+    pub(super) fn make_room_by_moving(
+        &mut self,
+        sizes: &[u64],
+        most_bytes: u64,
+    ) -> Option<Vec<Move>> {
         let moves = self.memory.make_room_by_moving(sizes, most_bytes)?;
-        let mut moved = 0u64;
-        for m in moves {
+        for m in &moves {
             debug_assert_eq!(self.blocks.get(m.owner), Some(&m.from), "a move's block");
             self.blocks.insert(m.owner, m.to);
-            moved = moved.saturating_add(m.to.size);
         }
-        Some(moved)
+        Some(moves)
+    }
+
+    /// Moves resident storages' blocks to the offsets given, at once, as a
+    /// static plan recorded a compaction; `None`, with nothing moved, where
+    /// they cannot go (or one is not resident).
+    pub(super) fn move_blocks(&mut self, targets: &[(StorageId, u64)]) -> Option<Vec<Move>> {
+        let blocks = (targets.iter())
+            .map(|&(storage, to)| Some((*self.blocks.get(storage)?, to)))
+            .collect::<Option<Vec<_>>>()?;
+        let moves = self.memory.move_blocks(&blocks)?;
+        for (&(storage, _), m) in targets.iter().zip(&moves) {
+            self.blocks.insert(storage, m.to);
+        }
+        Some(moves)
+    }
+
+    /// Which recorded allocation a resident storage's block is (recording
+    /// for a static plan).
+    pub(super) fn allocation_of(&self, storage: StorageId) -> Option<usize> {
+        self.log.as_ref()?.open.get(storage).copied()
     }
 
     /// Returns a reserved block that was not installed.

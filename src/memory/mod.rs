@@ -251,6 +251,12 @@ impl Memory {
         }
     }
 
+    /// Moves arena blocks at once, as a static plan says (see
+    /// [`Arena::move_blocks`]); `None` without an arena or where they cannot go.
+    pub(crate) fn move_blocks(&mut self, targets: &[(Block, u64)]) -> Option<Vec<Move>> {
+        self.arena.as_mut()?.move_blocks(targets)
+    }
+
     pub(crate) fn free(&mut self, block: Block) {
         self.counter.free(block.size);
         if let Some(arena) = &mut self.arena {

@@ -90,6 +90,41 @@ impl Arena {
         Some(moves)
     }
 
+    /// Moves blocks at once, as a static plan recorded a compaction: each
+    /// `(block, offset)` block, a storage's, goes to `offset`. All leave
+    /// before any arrives (a window cleared into holes may send one block
+    /// where another straddling the window was). `None`, with nothing
+    /// changed, when the destinations are not free once they have left.
+    pub(crate) fn move_blocks(&mut self, targets: &[(Block, u64)]) -> Option<Vec<Move>> {
+        let mut leaving = Vec::with_capacity(targets.len());
+        for &(from, to) in targets {
+            match self.used.get(&from.offset) {
+                Some(&(size, Some(owner))) if size == from.size && size > 0 => {
+                    leaving.push((owner, from, to))
+                }
+                _ => return None,
+            }
+        }
+        for &(_, from, _) in &leaving {
+            self.free(from);
+        }
+        let mut moves = Vec::with_capacity(leaving.len());
+        for &(owner, from, to) in &leaving {
+            match self.allocate_at(to, from.size, Some(owner)) {
+                Some(to) => moves.push(Move { owner, from, to }),
+                None => {
+                    moves.iter().for_each(|m: &Move| self.free(m.to));
+                    for &(owner, from, _) in &leaving {
+                        self.allocate_at(from.offset, from.size, Some(owner))
+                            .expect("a block's old place is free again");
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(moves)
+    }
+
     /// Whether `sizes` would all be placed now (tried, then undone).
     fn fits_all(&mut self, sizes: &[u64]) -> bool {
         let peak = self.peak;
