@@ -86,29 +86,65 @@ pub struct Plan {
 impl Plan {
     /// A plan for `spec` (a heuristic under a budget, dropping) on
     /// `workload`, in an arena of `alignment`-byte blocks, that fits the
-    /// budget if it can: the packed arena needs more than the bytes the run
-    /// held at once, so while it is over the budget the run is planned
-    /// again under a budget smaller by that excess, and by at least 0.5% of
-    /// the budget (a few times at most).
-    /// The smallest arena found is kept, within the budget or not (see
-    /// [`Plan::fits`]). Where none fits, the run placing blocks as it goes
-    /// in an arena of the budget, moving them (`arena-compact`) or not, is
-    /// the plan if it completes. Fails if the first run does not complete.
+    /// budget if it can. Three candidates: the run counting bytes, its
+    /// allocations packed (the packed arena needs more than the bytes the
+    /// run held at once, so while it is over the budget the run is planned
+    /// again under a budget smaller by that excess, and by at least 0.5%
+    /// of the budget, a few times at most); and the runs placing blocks as
+    /// they go in an arena of the budget, moving them (`arena-compact`) or
+    /// not, whose own placement fits when they complete. Of those that fit,
+    /// the one of least compute is kept; where none does, the smallest
+    /// arena (see [`Plan::fits`]). Fails if no run completes.
     pub fn make(workload: &Workload, spec: &RunSpec, alignment: u64) -> Result<Plan> {
-        const ATTEMPTS: usize = 8;
         let counted = RunSpec {
             memory: MemoryModel::Counter,
             ..spec.clone()
         };
-        let mut best = Plan::record(workload, &counted, alignment)?;
-        let target = best.budget_bytes;
+        let first = Plan::record(workload, &counted, alignment);
+        let packed = (first.as_ref().ok())
+            .map(|plan| Plan::tightened(workload, &counted, alignment, plan.clone()));
+        // The heuristic placing blocks as it goes, in an arena of the
+        // budget: where that run completes, its own placement (and its
+        // moves) is a plan that fits, even where counting bytes thrashed.
+        let target = spec.budget.resolve(|| Ok(workload.baseline.peak_bytes))?;
+        let placed = [
+            MemoryModel::Arena { alignment },
+            MemoryModel::CompactingArena { alignment },
+        ]
+        .into_iter()
+        .filter_map(|memory| {
+            let spec = RunSpec {
+                budget: target.map_or(Budget::Unbounded, Budget::Bytes),
+                memory,
+                ..spec.clone()
+            };
+            Plan::record(workload, &spec, alignment).ok()
+        });
+        // Of the plans that fit, the least compute (a packed run may have
+        // recomputed more under its tighter budget, a placed one evicted
+        // for room or moved blocks); else the smallest arena.
+        let best = packed.into_iter().chain(placed).min_by(|a, b| {
+            (b.fits().cmp(&a.fits())).then_with(|| match a.fits() {
+                true => a.overhead.total_cmp(&b.overhead),
+                false => a.arena_bytes.cmp(&b.arena_bytes),
+            })
+        });
+        best.ok_or_else(|| first.expect_err("a counted run that completed is a plan"))
+    }
+
+    /// The smallest arena of `plan` (a counted run's) and of runs under
+    /// budgets smaller by its excess over the target, and by at least 0.5%
+    /// of it (a slightly smaller budget often makes the same run and
+    /// packing), a few times at most.
+    fn tightened(workload: &Workload, counted: &RunSpec, alignment: u64, plan: Plan) -> Plan {
+        const ATTEMPTS: usize = 8;
+        let target = plan.budget_bytes;
         let mut budget = target;
+        let mut best = plan;
         for _ in 1..ATTEMPTS {
-            if best.fits() {
+            if best.arena_bytes <= target {
                 break;
             }
-            // Smaller by the excess, and by at least 0.5% of the target: a
-            // slightly smaller budget often makes the same run and packing.
             let scaled = (budget as f64 * target as f64 / best.arena_bytes as f64).floor() as u64;
             budget = scaled.min(budget.saturating_sub(target / 200));
             let tighter = RunSpec {
@@ -122,31 +158,10 @@ impl Plan {
                 best = plan;
             }
         }
-        if !best.fits() {
-            // The heuristic placing blocks as it goes, in an arena of the
-            // budget: where that run completes, its own placement (and its
-            // moves) is a plan that fits. Its compute may be higher (it
-            // evicted for room, or moved blocks): the cheaper one is kept.
-            let placed = [
-                MemoryModel::Arena { alignment },
-                MemoryModel::CompactingArena { alignment },
-            ]
-            .into_iter()
-            .filter_map(|memory| {
-                let spec = RunSpec {
-                    budget: Budget::Bytes(target),
-                    memory,
-                    ..spec.clone()
-                };
-                Plan::record(workload, &spec, alignment).ok()
-            })
-            .min_by(|a, b| a.overhead.total_cmp(&b.overhead));
-            if let Some(plan) = placed {
-                best = plan;
-            }
+        Plan {
+            budget_bytes: target,
+            ..best
         }
-        best.budget_bytes = target;
-        Ok(best)
     }
 
     /// Evictions the plan makes (besides eager ones).
