@@ -146,7 +146,7 @@ fn the_counter_sweep_over_the_authors_logs_is_unchanged() {
         heuristics: ["dtr", "dtr-eq", "dtr-local", "msps", "lru", "size"]
             .map(String::from)
             .to_vec(),
-        memories: vec![dtr::memory::MemoryModel::Counter],
+        memories: vec![dtr::memory::MemoryModel::Counter.into()],
         samplings: vec![dtr::policy::Sampling::All],
         restores: vec![dtr::RestoreMode::Drop],
         swap: dtr::SwapConfig::default(),

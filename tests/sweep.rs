@@ -17,7 +17,7 @@ fn spec() -> SweepSpec {
     SweepSpec {
         traces: vec![shipped_trace()],
         heuristics: vec!["dtr".into(), "lru".into(), "random".into()],
-        memories: vec![MemoryModel::Counter, MemoryModel::arena()],
+        memories: vec![MemoryModel::Counter.into(), MemoryModel::arena().into()],
         samplings: vec![Sampling::All, Sampling::Sqrt],
         restores: vec![RestoreMode::Drop, RestoreMode::Swap],
         swap: SwapConfig::default(),
@@ -79,6 +79,75 @@ fn shards_merge_to_the_unsharded_sweep() {
     shard_dirs.push(shard_dirs[0].clone());
     assert!(merge(&shard_dirs).is_err());
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// A plan cell makes the cell's run into a static plan and follows it:
+/// where a plan fits, it completes with the followed run's overhead, never
+/// over the budget; `plan` reads and writes as the other memory models do.
+#[test]
+fn plan_cells_follow_a_plan_made_at_their_budget() {
+    use dtr::experiments::plan::Plan;
+    use dtr::experiments::{Placement, RunSpec, Workload};
+    let plan_cells: Placement = "plan".parse().unwrap();
+    assert_eq!(plan_cells, Placement::Plan { alignment: 256 });
+    assert_eq!(
+        "plan:16".parse::<Placement>().unwrap().to_string(),
+        "plan:16"
+    );
+    assert_eq!(
+        "arena-compact".parse::<Placement>().unwrap(),
+        Placement::Dynamic(MemoryModel::CompactingArena { alignment: 256 })
+    );
+    assert!("plan:3"
+        .parse::<Placement>()
+        .unwrap_err()
+        .contains("power of two"));
+    assert!("pla".parse::<Placement>().unwrap_err().contains("plan"));
+
+    let sweep = SweepSpec {
+        heuristics: vec!["dtr".into(), "static-sqrt".into()],
+        memories: vec![MemoryModel::Counter.into(), plan_cells],
+        samplings: vec![Sampling::All],
+        restores: vec![RestoreMode::Drop],
+        seeds: 1,
+        ratios: vec![0.8, 0.6, 0.05],
+        ..spec()
+    };
+    let rows = sweep.run(None, 2, &|_, _| {}).unwrap();
+    let workload = Workload::load(&shipped_trace(), None).unwrap();
+    let planned: Vec<&Row> = (rows.iter())
+        .filter(|r| r.memory == plan_cells && r.heuristic == "dtr")
+        .collect();
+    assert_eq!(planned.len(), 3);
+    for row in &planned {
+        let spec = RunSpec {
+            policy: "dtr".into(),
+            budget: dtr::Budget::Ratio(row.ratio),
+            ..RunSpec::default()
+        };
+        match Plan::make(&workload, &spec, 256) {
+            Ok(plan) if plan.fits() => {
+                assert_eq!(row.status, ReplayStatus::Ok, "at {}", row.ratio);
+                assert_eq!(row.overhead, Some(plan.follow(&workload).unwrap().overhead));
+                assert!(row.peak_bytes <= row.budget_bytes);
+            }
+            _ => assert_ne!(row.status, ReplayStatus::Ok, "at {}", row.ratio),
+        }
+    }
+    assert!(planned.iter().any(|r| r.status == ReplayStatus::Ok));
+    assert!(planned.iter().any(|r| r.status != ReplayStatus::Ok));
+    // Results files keep the cell's placement.
+    let json = serde_json::to_string(&planned[0]).unwrap();
+    assert!(json.contains("\"memory\":\"plan\""), "{json}");
+    assert_eq!(&serde_json::from_str::<Row>(&json).unwrap(), planned[0]);
+
+    // Plans record runs that drop: not with swapping.
+    let swapping = SweepSpec {
+        restores: vec![RestoreMode::Drop, RestoreMode::Hybrid],
+        ..sweep
+    };
+    let error = swapping.run(None, 1, &|_, _| {}).unwrap_err().to_string();
+    assert!(error.contains("restore by `drop`"), "{error}");
 }
 
 #[test]

@@ -25,6 +25,8 @@ use crate::error::{Error, Result};
 use crate::memory::MemoryModel;
 use crate::policy::Sampling;
 use crate::trace::replay::ReplayStatus;
+pub use plan::Placement;
+use plan::Plan;
 pub use run::{Outcome, Policy, RunSpec, Workload, STATIC_CHECKPOINTING};
 
 /// The grid to run.
@@ -34,8 +36,8 @@ pub struct SweepSpec {
     pub traces: Vec<PathBuf>,
     /// Heuristic names, or [`STATIC_CHECKPOINTING`].
     pub heuristics: Vec<String>,
-    /// Memory models to run each heuristic in.
-    pub memories: Vec<MemoryModel>,
+    /// Memory models to run each heuristic in, or static plans to follow.
+    pub memories: Vec<Placement>,
     /// How each heuristic samples its eviction candidates.
     pub samplings: Vec<Sampling>,
     /// How evicted storages come back.
@@ -107,8 +109,8 @@ pub struct Row {
     pub trace: String,
     /// The heuristic, or [`STATIC_CHECKPOINTING`].
     pub heuristic: String,
-    /// The memory model it ran in.
-    pub memory: MemoryModel,
+    /// The memory model it ran in, or the static plan it followed.
+    pub memory: Placement,
     /// How evicted storages came back (results from before swap: `drop`).
     #[serde(default)]
     pub restore: RestoreMode,
@@ -258,7 +260,7 @@ impl SweepSpec {
             .collect::<Result<_>>()?;
         let new = parallel_map(&todo, jobs, progress, |cell| {
             let workload = loaded[cell.trace].as_ref().expect("loaded for its cells");
-            let row = self.row(cell, self.spec(cell).run(workload)?);
+            let row = self.row(cell, self.run_cell(cell, workload)?);
             finished(&row)?;
             Ok(row)
         });
@@ -278,7 +280,7 @@ impl SweepSpec {
         row.index == cell.index
             && row.trace == self.traces[cell.trace].display().to_string()
             && row.heuristic == self.heuristics[cell.heuristic]
-            && row.memory == spec.memory
+            && row.memory == self.memories[cell.memory]
             && row.restore == spec.restore
             && row.sampling == spec.sampling
             && row.seed == spec.seed
@@ -290,9 +292,30 @@ impl SweepSpec {
 
     /// Checks every cell's options, so a bad one fails before the first run.
     pub fn validate(&self) -> Result<()> {
+        let plans = (self.memories.iter()).any(|m| matches!(m, Placement::Plan { .. }));
+        if plans && self.restores.iter().any(|&r| r != RestoreMode::Drop) {
+            return Err(Error::InvalidArgument(
+                "static plans (`--memory plan`) record runs that restore by `drop`; \
+                 sweep `--restore` without them"
+                    .into(),
+            ));
+        }
         self.cells()
             .iter()
             .try_for_each(|cell| self.spec(cell).validate())
+    }
+
+    /// Runs one cell: its spec, or (a plan cell of a heuristic) the plan
+    /// made from it, followed. Static checkpointing's schedule is static
+    /// already: its plan cells run it counting bytes.
+    fn run_cell(&self, cell: &Cell, workload: &Workload) -> Result<Outcome> {
+        let spec = self.spec(cell);
+        match (self.memories[cell.memory], &spec.policy) {
+            (Placement::Plan { alignment }, Policy::Heuristic(_)) => {
+                Plan::run(workload, &spec, alignment)
+            }
+            _ => spec.run(workload),
+        }
     }
 
     /// What one cell runs.
@@ -305,7 +328,11 @@ impl SweepSpec {
         RunSpec {
             policy,
             budget,
-            memory: self.memories[cell.memory],
+            // A plan is made from a run that counts bytes (see `Plan::make`).
+            memory: match self.memories[cell.memory] {
+                Placement::Dynamic(memory) => memory,
+                Placement::Plan { .. } => MemoryModel::Counter,
+            },
             sampling: self.samplings[cell.sampling],
             seed: cell.seed,
             thrash_limit: self.thrash_limit,

@@ -46,6 +46,78 @@ pub struct PlannedMove {
     pub to: u64,
 }
 
+/// Where a sweep's run places its memory: a memory model, placing blocks
+/// as it goes (or counting bytes), or a static plan made at the budget and
+/// followed. Written as the memory model is, or `plan` (256-byte blocks)
+/// or `plan:ALIGNMENT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Placement {
+    /// The run itself, in this memory model.
+    Dynamic(MemoryModel),
+    /// A plan ([`Plan::make`]) in an arena of `alignment`-byte blocks,
+    /// followed ([`Plan::run`]).
+    Plan {
+        /// Block alignment in bytes (a power of two).
+        alignment: u64,
+    },
+}
+
+impl From<MemoryModel> for Placement {
+    fn from(memory: MemoryModel) -> Placement {
+        Placement::Dynamic(memory)
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Placement::Dynamic(memory) => memory.fmt(f),
+            Placement::Plan { alignment: 256 } => f.write_str("plan"),
+            Placement::Plan { alignment } => write!(f, "plan:{alignment}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Placement, String> {
+        let alignment = match text.split_once(':') {
+            None if text == "plan" => Some(256),
+            Some(("plan", alignment)) => Some(
+                alignment
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|a| a.is_power_of_two())
+                    .ok_or_else(|| format!("plan alignment `{alignment}` is not a power of two"))?,
+            ),
+            _ => None,
+        };
+        match alignment {
+            Some(alignment) => Ok(Placement::Plan { alignment }),
+            None => text
+                .parse()
+                .map(Placement::Dynamic)
+                .map_err(|e: String| e.replace("or arena-compact,", "arena-compact or plan,")),
+        }
+    }
+}
+
+impl From<Placement> for String {
+    fn from(placement: Placement) -> String {
+        placement.to_string()
+    }
+}
+
+impl TryFrom<String> for Placement {
+    type Error = String;
+
+    fn try_from(text: String) -> std::result::Result<Placement, String> {
+        text.parse()
+    }
+}
+
 /// The plan file's format version: 2 added moves (a version 1 plan is a
 /// version 2 plan without them).
 const PLAN_VERSION: u32 = 2;
@@ -162,6 +234,34 @@ impl Plan {
             budget_bytes: target,
             ..best
         }
+    }
+
+    /// Makes a plan for `spec` and follows it, as one run of a sweep: the
+    /// followed run's outcome, at the budget asked for. A plan over the
+    /// budget is out of memory (with the followed run's figures); where no
+    /// run completes, the outcome of the run counting bytes.
+    pub fn run(workload: &Workload, spec: &RunSpec, alignment: u64) -> Result<Outcome> {
+        let Ok(plan) = Plan::make(workload, spec, alignment) else {
+            let counted = RunSpec {
+                memory: MemoryModel::Counter,
+                ..spec.clone()
+            };
+            return counted.run(workload);
+        };
+        let mut outcome = plan.follow(workload)?;
+        outcome.budget_bytes = Some(plan.budget_bytes);
+        outcome.ratio = match spec.budget {
+            Budget::Ratio(ratio) => ratio,
+            _ => plan.budget_bytes as f64 / workload.baseline.peak_bytes.max(1) as f64,
+        };
+        if !plan.fits() {
+            outcome.report.status = ReplayStatus::OutOfMemory;
+            outcome.report.message = Some(format!(
+                "the plan needs an arena of {} B, over the budget of {} B",
+                plan.arena_bytes, plan.budget_bytes
+            ));
+        }
+        Ok(outcome)
     }
 
     /// Evictions the plan makes (besides eager ones).

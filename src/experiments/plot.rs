@@ -18,6 +18,7 @@ use plotters::prelude::*;
 use super::chains::ChainRow;
 use super::raster::{encode_png, register_font, Tee};
 use super::timeline::{Phase, Sample, Timeline};
+use super::Placement;
 use super::Row;
 use crate::config::RestoreMode;
 use crate::error::{Error, Result};
@@ -286,7 +287,7 @@ fn draw_legend(area: &Area<'_>, title: &str, entries: &[Entry], path: &Path) -> 
 /// The policy a row belongs to, as its legend names it.
 fn policy(row: &Row) -> String {
     let mut name = row.heuristic.clone();
-    if row.memory != MemoryModel::Counter {
+    if row.memory != Placement::Dynamic(MemoryModel::Counter) {
         name += &format!(" / {}", row.memory);
     }
     if row.restore != RestoreMode::Drop {
