@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use slotmap::{new_key_type, Key, SlotMap};
+use slotmap::{new_key_type, Key, SecondaryMap, SlotMap};
 use smallvec::SmallVec;
 
 use crate::intern::{Interner, Sweeps};
@@ -259,6 +259,22 @@ pub struct Graph {
     /// The interned outputs of recorded ops that view no input, by their
     /// recorded list: a replay's thousands of ops have a few distinct lists.
     recorded_outputs: RecordedOutputs,
+    /// When the program will next read each tensor, where a replay knows it.
+    pub foresight: Foresight,
+}
+
+/// When the program will next read each tensor (an op's input, a get or a
+/// pin), in the program's own time (its ops' summed costs, recomputations
+/// not counted), as a replay of a recorded trace knows it; for heuristics
+/// that look ahead.
+#[derive(Debug, Default)]
+pub struct Foresight {
+    /// Whether a replay tells it (else every tensor's next read is unknown).
+    pub known: bool,
+    /// The program's time now.
+    pub now: u64,
+    /// Each tensor's next read; a tensor not here is not read again.
+    pub next_read: SecondaryMap<TensorId, u64>,
 }
 
 /// See [`Graph::recorded_signature`].
@@ -333,6 +349,17 @@ impl Graph {
         signature.outputs = self.interned_outputs.intern(signature.outputs);
         self.interned_applied
             .insert(Arc::new(AppliedOp { op, signature }))
+    }
+
+    /// How long until the program next reads one of `storage`'s tensors,
+    /// in the program's time (see [`Foresight`]); `None` when it never does
+    /// or no replay said.
+    pub fn until_next_read(&self, storage: StorageId) -> Option<u64> {
+        let foresight = &self.foresight;
+        (self.storages[storage].tensors.iter())
+            .filter_map(|&t| foresight.next_read.get(t))
+            .min()
+            .map(|&at| at.saturating_sub(foresight.now))
     }
 
     /// `clock − last_access`.

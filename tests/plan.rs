@@ -47,7 +47,7 @@ fn plans_of_the_shipped_traces_are_followed_exactly() {
         ("resnet-small.jsonl", 0.7),
     ] {
         let workload = Workload::load(&shipped(trace), None).unwrap();
-        for heuristic in ["dtr", "dtr-eq", "msps", "coop"] {
+        for heuristic in ["dtr", "dtr-eq", "dtr-next", "msps", "coop"] {
             let plan = plan_and_follow(&workload, &spec(heuristic, ratio));
             assert!(
                 plan.evictions() > 0,

@@ -156,6 +156,34 @@ impl<B: Backend> Interpreter<B> {
         })
     }
 
+    /// Whether the heuristic looks ahead: it reads when the program next
+    /// reads each tensor, which [`Interpreter::set_next_read`] tells it (a
+    /// replay of a recorded trace does).
+    pub fn looks_ahead(&self) -> bool {
+        self.heuristic.looks_ahead()
+    }
+
+    /// The program's own time now (its ops' summed costs so far,
+    /// recomputations not counted), for heuristics that look ahead.
+    pub fn set_program_time(&mut self, now: u64) {
+        self.graph.foresight.known = true;
+        self.graph.foresight.now = now;
+    }
+
+    /// When, in the program's time, it next reads `tensor` (an op's input,
+    /// a get or a pin); `None`: never again. For heuristics that look ahead.
+    pub fn set_next_read(&mut self, tensor: TensorId, at: Option<u64>) {
+        let next_read = &mut self.graph.foresight.next_read;
+        match at {
+            Some(at) => {
+                next_read.insert(tensor, at);
+            }
+            None => {
+                next_read.remove(tensor);
+            }
+        }
+    }
+
     /// Makes room for about `tensors` more tensors (and as many storages
     /// and ops) at once, instead of growing the tables as they fill: a
     /// replay knows its trace's count. It changes no decision.

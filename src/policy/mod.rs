@@ -9,6 +9,7 @@ mod coop;
 mod dtr;
 mod dtr_eq;
 mod dtr_local;
+mod dtr_next;
 mod eqclass;
 mod lru;
 mod msps;
@@ -152,6 +153,12 @@ pub trait Heuristic: Send {
         }
     }
 
+    /// Whether it reads when the program next reads each storage
+    /// ([`Graph::until_next_read`]), which a replay then tells it.
+    fn looks_ahead(&self) -> bool {
+        false
+    }
+
     /// `storage` was just evicted (its residency already says so).
     fn on_evict(&mut self, _storage: StorageId, _graph: &Graph) {}
 
@@ -246,6 +253,11 @@ pub const POLICIES: &[PolicyEntry] = &[
         "dtr-eq",
         "(own cost + cost of adjacent evicted classes, union-find) / (size * staleness) (h_DTR_eq)",
         |_| Box::new(dtr_eq::DtrEq::default()),
+    ),
+    PolicyEntry::heuristic(
+        "dtr-next",
+        "(own cost + cost of the whole evicted neighbourhood) / (size * time until the program next reads it): h_DTR looking ahead, for replays",
+        |_| Box::new(dtr_next::DtrNext::default()),
     ),
     PolicyEntry::heuristic(
         "dtr-local",

@@ -35,6 +35,25 @@ impl RegionWalker {
         total
     }
 
+    /// The soonest the program reads a storage of the evicted region
+    /// around `base` in `direction` (see [`Graph::until_next_read`]).
+    pub fn soonest_read(
+        &mut self,
+        graph: &Graph,
+        base: StorageId,
+        direction: Direction,
+    ) -> Option<u64> {
+        let mut soonest: Option<u64> = None;
+        self.walk(graph, base, direction, |storage, resident| {
+            if !resident {
+                if let Some(until) = graph.until_next_read(storage) {
+                    soonest = Some(soonest.map_or(until, |s| s.min(until)));
+                }
+            }
+        });
+        soonest
+    }
+
     /// Every storage the region walk from `base` touches: `base`, the
     /// evicted storages of its region, and the resident ones bordering it.
     pub fn reach(

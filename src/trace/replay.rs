@@ -96,7 +96,11 @@ pub fn replay_observed<B: Backend>(
     let mut reads = Vec::new();
     let mut outcome = (ReplayStatus::Ok, None);
     let mut shared = SharedOutputs::default();
+    let mut foresight = dtr.looks_ahead().then(|| Foresight::of(trace));
     for (index, event) in trace.events.iter().enumerate() {
+        if let Some(foresight) = &mut foresight {
+            dtr.set_program_time(foresight.time[index]);
+        }
         let stepped = step(
             trace,
             index,
@@ -107,7 +111,12 @@ pub fn replay_observed<B: Backend>(
             &mut reads,
             &mut shared,
         )
-        .and_then(|()| after_event(index, dtr, &tensors));
+        .and_then(|()| {
+            if let Some(foresight) = &mut foresight {
+                foresight.after(index, event, dtr, &tensors);
+            }
+            after_event(index, dtr, &tensors)
+        });
         match stepped {
             Ok(()) => {}
             Err(error @ Error::OutOfMemory { .. }) => {
@@ -136,6 +145,75 @@ pub fn replay_observed<B: Backend>(
         reads,
         wall_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// When the trace reads each tensor, for heuristics that look ahead: the
+/// replay tells the interpreter each tensor's next read as it goes.
+struct Foresight {
+    /// The program's time before each event: the summed costs of the ops
+    /// before it.
+    time: Vec<u64>,
+    /// The events that read each tensor (as an op's input, a get or a pin),
+    /// in order, and how many of them have run.
+    reads: Vec<Vec<u32>>,
+    done: Vec<u32>,
+}
+
+impl Foresight {
+    fn of(trace: &Trace) -> Foresight {
+        let mut time = Vec::with_capacity(trace.events.len() + 1);
+        let mut reads: Vec<Vec<u32>> = vec![Vec::new(); trace.tensor_count()];
+        let mut now = 0u64;
+        for (index, event) in trace.events.iter().enumerate() {
+            time.push(now);
+            match event {
+                TraceEvent::Apply(apply) => {
+                    for &input in &apply.inputs {
+                        reads[input as usize].push(index as u32);
+                    }
+                    now = now.saturating_add(apply.cost);
+                }
+                TraceEvent::Get { tensor } | TraceEvent::Pin { tensor } => {
+                    reads[*tensor as usize].push(index as u32);
+                }
+                _ => {}
+            }
+        }
+        time.push(now);
+        let done = vec![0; reads.len()];
+        Foresight { time, reads, done }
+    }
+
+    /// Event `index` ran: the tensors it read or made are next read later.
+    fn after<B: Backend>(
+        &mut self,
+        index: usize,
+        event: &TraceEvent,
+        dtr: &mut Interpreter<B>,
+        tensors: &[Option<TensorId>],
+    ) {
+        let mut advance = |t: TraceTensor| {
+            let reads = &self.reads[t as usize];
+            let done = &mut self.done[t as usize];
+            while (*done as usize) < reads.len() && reads[*done as usize] as usize <= index {
+                *done += 1;
+            }
+            let next = reads.get(*done as usize).map(|&at| self.time[at as usize]);
+            if let Some(tensor) = tensors[t as usize] {
+                dtr.set_next_read(tensor, next);
+            }
+        };
+        match event {
+            TraceEvent::Apply(apply) => {
+                apply.inputs.iter().for_each(|&t| advance(t));
+                apply.outputs.iter().for_each(|o| advance(o.tensor));
+            }
+            TraceEvent::Put { tensor, .. }
+            | TraceEvent::Get { tensor }
+            | TraceEvent::Pin { tensor } => advance(*tensor),
+            _ => {}
+        }
+    }
 }
 
 /// The distinct output lists of the recorded ops made so far, each held

@@ -1,0 +1,122 @@
+//! `dtr-next`, `h_DTR` looking ahead: a replay tells it when the program
+//! next reads each tensor. Its runs keep the values of the unbounded run,
+//! decide the same on the CPU and the simulator, and without a replay it is
+//! `dtr`.
+
+mod common;
+
+use std::path::Path;
+
+use dtr::experiments::{RunSpec, Workload};
+use dtr::trace::replay::{replay, Kernels, ReplayStatus};
+use dtr::{Budget, Config, CpuBackend, Interpreter, Op, ScalarOp, SimulatorBackend};
+
+fn shipped(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("traces")
+        .join(name)
+}
+
+#[test]
+fn looking_ahead_keeps_the_unbounded_values_and_decides_alike_on_both_backends() {
+    for (name, ratio) in [
+        ("mlp-small.jsonl", 0.6),
+        ("transformer-small.jsonl", 0.6),
+        ("resnet-small.jsonl", 0.7),
+    ] {
+        let (trace, _) = dtr::trace::load(&shipped(name), None).unwrap();
+        let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+        let expected = replay(&trace, &mut unbounded, Kernels::Execute).unwrap();
+        let budget = (ratio * expected.peak_bytes as f64) as u64;
+        let config = Config::default()
+            .with_heuristic("dtr-next")
+            .with_budget_bytes(budget)
+            .with_events(true);
+        let mut cpu = Interpreter::new(CpuBackend::new(), config.clone()).unwrap();
+        assert!(cpu.looks_ahead());
+        let on_cpu = replay(&trace, &mut cpu, Kernels::Execute).unwrap();
+        assert_eq!(
+            on_cpu.status,
+            ReplayStatus::Ok,
+            "{name}: {:?}",
+            on_cpu.message
+        );
+        assert!(on_cpu.stats.rematerializations > 0, "{name}");
+        assert!(on_cpu.peak_bytes <= budget, "{name}");
+        assert_eq!(on_cpu.reads, expected.reads, "{name}: values differ");
+        let mut sim = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+        let on_sim = replay(&trace, &mut sim, Kernels::Recorded).unwrap();
+        assert_eq!(on_sim.stats, on_cpu.stats, "{name}");
+        assert_eq!(sim.events(), cpu.events(), "{name}: decisions differ");
+    }
+}
+
+/// Where nothing tells it what comes next (the eager API), it evicts as
+/// `dtr` does, decision for decision.
+#[test]
+fn without_a_replay_it_is_dtr() {
+    let run = |heuristic: &str| {
+        let config = Config::default()
+            .with_heuristic(heuristic)
+            .with_budget_bytes(6 * 64)
+            .with_events(true);
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+        assert_eq!(dtr.looks_ahead(), heuristic == "dtr-next");
+        let x = dtr.put(&[0.0; 16], &[16]).unwrap();
+        let mut chain = vec![x];
+        for k in 0..24 {
+            let inputs = [chain[chain.len() - 1], chain[k / 2]];
+            let op = Op::Binary(dtr::BinaryOp::Add);
+            chain.push(dtr.apply1(op, &inputs).unwrap());
+            let last = *chain.last().unwrap();
+            chain.push(
+                dtr.apply1(
+                    Op::Scalar {
+                        op: ScalarOp::Mul,
+                        value: 0.5,
+                    },
+                    &[last],
+                )
+                .unwrap(),
+            );
+        }
+        for &t in chain.iter().step_by(3) {
+            dtr.get_value(t).unwrap();
+        }
+        assert!(dtr.stats().evictions > 0);
+        dtr.events().to_vec()
+    };
+    assert_eq!(run("dtr-next"), run("dtr"));
+}
+
+/// On the DTR authors' logs, looking ahead never needs a larger budget than
+/// `dtr` does to complete, in counter and arena memory (the README's table).
+#[test]
+fn on_the_authors_logs_looking_ahead_completes_wherever_dtr_does() {
+    let Some(logs) = common::prototype_logs() else {
+        return;
+    };
+    for log in logs {
+        let workload = Workload::load(&log, None).unwrap();
+        for ratio in [0.5, 0.3] {
+            let spec = |heuristic: &str| RunSpec {
+                policy: heuristic.into(),
+                budget: Budget::Ratio(ratio),
+                ..RunSpec::default()
+            };
+            let dtr = spec("dtr").run(&workload).unwrap();
+            let next = spec("dtr-next").run(&workload).unwrap();
+            if dtr.report.status == ReplayStatus::Ok {
+                assert_eq!(
+                    next.report.status,
+                    ReplayStatus::Ok,
+                    "{} at {ratio}",
+                    log.display()
+                );
+            }
+            // The same run twice: the same decisions.
+            let again = spec("dtr-next").run(&workload).unwrap();
+            assert_eq!(again.report.stats, next.report.stats);
+        }
+    }
+}
