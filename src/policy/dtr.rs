@@ -30,13 +30,31 @@ use crate::graph::{Graph, Residency, StorageId};
 pub struct Dtr {
     walker: RegionWalker,
     /// Cached region costs: `[descendants, ancestors]`.
-    cached: SecondaryMap<StorageId, [Option<u64>; 2]>,
+    cached: SecondaryMap<StorageId, [Option<Region>; 2]>,
     scratch: Vec<StorageId>,
     /// Evicted or rematerialised since the last scoring pass, each once.
     unsettled: Vec<StorageId>,
     /// The storages of `unsettled` whose walk is still owed (a storage
     /// settled early by [`Heuristic::on_graph_change`] leaves it).
     owed: SecondaryMap<StorageId, ()>,
+}
+
+/// What is known of a region's cost since its last change.
+#[derive(Clone, Copy)]
+enum Region {
+    /// Its cost.
+    Exact(u64),
+    /// At least this: a walk stopped once its storage could no longer win.
+    AtLeast(u64),
+}
+
+impl Region {
+    /// A lower bound of its cost.
+    fn floor(self) -> u64 {
+        match self {
+            Region::Exact(cost) | Region::AtLeast(cost) => cost,
+        }
+    }
 }
 
 fn slot(direction: Direction) -> usize {
@@ -56,15 +74,23 @@ impl Dtr {
     }
 
     fn region_cost(&mut self, graph: &Graph, storage: StorageId, direction: Direction) -> u64 {
-        if let Some(cost) = self.cached.get(storage).and_then(|c| c[slot(direction)]) {
+        if let Some(Region::Exact(cost)) = self.cached_region(storage, direction) {
             return cost;
         }
         let cost = self.walker.cost(graph, storage, direction);
+        self.cache(storage, direction, Region::Exact(cost));
+        cost
+    }
+
+    fn cached_region(&self, storage: StorageId, direction: Direction) -> Option<Region> {
+        self.cached.get(storage).and_then(|c| c[slot(direction)])
+    }
+
+    fn cache(&mut self, storage: StorageId, direction: Direction, region: Region) {
         self.cached
             .entry(storage)
             .expect("live storage")
-            .or_insert([None, None])[slot(direction)] = Some(cost);
-        cost
+            .or_insert([None, None])[slot(direction)] = Some(region);
     }
 
     /// Forgets every cached region that `changed` is in or borders: walking
@@ -102,9 +128,60 @@ impl Heuristic for Dtr {
         cost_density(cost, storage, view.graph)
     }
 
-    /// `c0(s) / (m(s) · stale(s))`: regions only add cost.
+    /// A region not cached yet is walked only as long as the score could
+    /// still be at most `best`: on large evicted regions (random DAGs under
+    /// tight budgets) most candidates lose long before their walk ends. A
+    /// walk cut short is kept as a lower bound until the region changes.
+    fn score_within(&mut self, storage: StorageId, view: &PolicyView<'_>, best: f64) -> f64 {
+        let graph = view.graph;
+        let info = &graph.storages[storage];
+        let denominator = info.bytes as f64 * graph.staleness(storage) as f64;
+        if !(denominator > 0.0) {
+            return cost_density(info.cost, storage, graph);
+        }
+        // Division rounds monotonically: a partial cost already above
+        // `best` means the whole one is.
+        let above = |cost: u64| cost as f64 / denominator > best;
+        let mut cost = info.cost;
+        for direction in [Direction::Descendants, Direction::Ancestors] {
+            let known = self.cached_region(storage, direction);
+            if let Some(Region::Exact(region)) = known {
+                cost += region;
+                continue;
+            }
+            let floor = known.map_or(0, Region::floor);
+            if above(cost.saturating_add(floor)) {
+                return f64::INFINITY;
+            }
+            let before = cost;
+            let walked = (self.walker).cost_unless(graph, storage, direction, |region| {
+                above(before.saturating_add(region))
+            });
+            match walked {
+                Ok(region) => {
+                    self.cache(storage, direction, Region::Exact(region));
+                    cost += region;
+                }
+                Err(partial) => {
+                    self.cache(storage, direction, Region::AtLeast(partial.max(floor)));
+                    return f64::INFINITY;
+                }
+            }
+        }
+        cost_density(cost, storage, graph)
+    }
+
+    /// `(c0(s) + what is known of its regions) / (m(s) · stale(s))`:
+    /// regions only add cost.
     fn lower_bound(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
-        cost_density(view.graph.storages[storage].cost, storage, view.graph)
+        let known = [Direction::Descendants, Direction::Ancestors].map(|direction| {
+            self.cached_region(storage, direction)
+                .map_or(0, Region::floor)
+        });
+        let cost = (view.graph.storages[storage].cost)
+            .saturating_add(known[0])
+            .saturating_add(known[1]);
+        cost_density(cost, storage, view.graph)
     }
 
     fn at_least_cost_density(&self) -> bool {

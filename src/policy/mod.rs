@@ -68,6 +68,13 @@ pub trait Heuristic: Send {
     /// nothing else". `&mut` so a heuristic may keep scratch space.
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64;
 
+    /// [`Heuristic::score`] where it is at most `best`; where it is above,
+    /// any value above `best` will do (a heuristic may then stop working
+    /// it out), since such a candidate cannot win or tie.
+    fn score_within(&mut self, storage: StorageId, view: &PolicyView<'_>, _best: f64) -> f64 {
+        self.score(storage, view)
+    }
+
     /// A value that [`Heuristic::score`] of `storage` is never below, and
     /// that is cheaper to find: candidates whose bound is already above the
     /// best score of a search are not scored. Only a true lower bound keeps
@@ -135,7 +142,10 @@ pub trait Heuristic: Send {
                     return None;
                 }
             }
-            Some(self.score(candidate.storage, view))
+            Some(match best {
+                Some(best) => self.score_within(candidate.storage, view, best),
+                None => self.score(candidate.storage, view),
+            })
         };
         let found = if ordered && search.sampling() == Sampling::All {
             search.lowest_exact(pool, clock, score)

@@ -31,8 +31,35 @@ impl RegionWalker {
             if !resident {
                 total = total.saturating_add(graph.storages[storage].cost);
             }
+            true
         });
         total
+    }
+
+    /// [`RegionWalker::cost`], or `Err(cost so far)` as soon as
+    /// `beyond(cost so far)` says the rest of the walk cannot matter (the
+    /// costs only add up).
+    pub fn cost_unless(
+        &mut self,
+        graph: &Graph,
+        base: StorageId,
+        direction: Direction,
+        mut beyond: impl FnMut(u64) -> bool,
+    ) -> Result<u64, u64> {
+        let mut total = 0u64;
+        let mut stopped = false;
+        self.walk(graph, base, direction, |storage, resident| {
+            if !resident {
+                total = total.saturating_add(graph.storages[storage].cost);
+                stopped = beyond(total);
+            }
+            !stopped
+        });
+        if stopped {
+            Err(total)
+        } else {
+            Ok(total)
+        }
     }
 
     /// The soonest the program reads a storage of the evicted region
@@ -50,6 +77,7 @@ impl RegionWalker {
                     soonest = Some(soonest.map_or(until, |s| s.min(until)));
                 }
             }
+            true
         });
         soonest
     }
@@ -64,18 +92,22 @@ impl RegionWalker {
         found: &mut Vec<StorageId>,
     ) {
         found.push(base);
-        self.walk(graph, base, direction, |storage, _| found.push(storage));
+        self.walk(graph, base, direction, |storage, _| {
+            found.push(storage);
+            true
+        });
     }
 
     /// Visits each storage adjacent to `base` or to an evicted storage
     /// visited before, once, with whether it is resident; expands through
-    /// evicted ones only. Pending outputs (not computed yet) are invisible.
+    /// evicted ones only, and stops when `visit` says so (returns false).
+    /// Pending outputs (not computed yet) are invisible.
     fn walk(
         &mut self,
         graph: &Graph,
         base: StorageId,
         direction: Direction,
-        mut visit: impl FnMut(StorageId, bool),
+        mut visit: impl FnMut(StorageId, bool) -> bool,
     ) {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
@@ -86,11 +118,12 @@ impl RegionWalker {
         self.stack.clear();
         self.stack.push(base);
         self.visited.insert(base, generation);
+        let mut going = true;
         while let Some(storage) = self.stack.pop() {
             for &tensor in &graph.storages[storage].tensors {
                 let info = &graph.tensors[tensor];
                 let mut step = |next: StorageId| {
-                    if self.visited.get(next) == Some(&generation) {
+                    if !going || self.visited.get(next) == Some(&generation) {
                         return;
                     }
                     self.visited.insert(next, generation);
@@ -99,7 +132,7 @@ impl RegionWalker {
                         return;
                     }
                     let resident = residency == Residency::Resident;
-                    visit(next, resident);
+                    going = visit(next, resident);
                     if !resident {
                         self.stack.push(next);
                     }
@@ -120,6 +153,9 @@ impl RegionWalker {
                         }
                     }
                 }
+            }
+            if !going {
+                self.stack.clear();
             }
         }
     }
