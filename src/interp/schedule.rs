@@ -97,9 +97,9 @@ impl<B: Backend> Interpreter<B> {
     /// Follows a recorded schedule instead of a policy: each reservation
     /// evicts exactly its recorded victims (and fails where the recorded
     /// one did), and (in arena memory, with `offsets`) makes its recorded
-    /// moves and places each allocation at its planned offset. A program that departs from the
-    /// plan gets an error naming the reservation. Only before the first
-    /// instruction.
+    /// moves and places each allocation at its planned offset. A program
+    /// that departs from the plan gets an error naming the reservation.
+    /// Only before the first instruction.
     pub fn follow_plan(
         &mut self,
         reservations: Vec<Reservation>,
