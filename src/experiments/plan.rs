@@ -408,20 +408,8 @@ impl Plan {
             overhead: outcome.overhead,
             arena_bytes,
             alignment,
-            reservations: record
-                .reservations
-                .iter()
-                .map(|r| PlannedReservation {
-                    evict: r.victims.iter().map(|&t| tensor_id(t)).collect(),
-                    moves: (r.moves.iter())
-                        .map(|m| PlannedMove {
-                            tensor: tensor_id(m.tensor),
-                            allocation: m.allocation,
-                            to: m.to,
-                        })
-                        .collect(),
-                    out_of_memory: r.out_of_memory,
-                })
+            reservations: (record.reservations.iter())
+                .map(PlannedReservation::from)
                 .collect(),
             lifetimes,
             offsets,
@@ -457,21 +445,8 @@ impl Plan {
             thrash_limit: f64::INFINITY,
             ..RunSpec::default()
         };
-        let reservations: Vec<Reservation> = self
-            .reservations
-            .iter()
-            .map(|r| Reservation {
-                victims: r.evict.iter().map(|&id| tensor(id)).collect(),
-                moves: (r.moves.iter())
-                    .map(|m| BlockMove {
-                        tensor: tensor(m.tensor),
-                        allocation: m.allocation,
-                        to: m.to,
-                    })
-                    .collect(),
-                out_of_memory: r.out_of_memory,
-            })
-            .collect();
+        let reservations: Vec<Reservation> =
+            self.reservations.iter().map(Reservation::from).collect();
         let offsets = self.offsets.clone();
         let (outcome, dtr) = spec.run_with(
             workload,
@@ -540,12 +515,39 @@ impl Plan {
     }
 }
 
-/// A tensor id as a plan file writes it (the run's slot-map key).
-fn tensor_id(tensor: TensorId) -> u64 {
-    tensor.data().as_ffi()
+/// A recorded reservation as a plan file keeps it: tensors by the run's
+/// slot-map keys.
+impl From<&Reservation> for PlannedReservation {
+    fn from(reservation: &Reservation) -> PlannedReservation {
+        let id = |tensor: TensorId| tensor.data().as_ffi();
+        PlannedReservation {
+            evict: reservation.victims.iter().map(|&t| id(t)).collect(),
+            moves: (reservation.moves.iter())
+                .map(|m| PlannedMove {
+                    tensor: id(m.tensor),
+                    allocation: m.allocation,
+                    to: m.to,
+                })
+                .collect(),
+            out_of_memory: reservation.out_of_memory,
+        }
+    }
 }
 
-/// A plan file's tensor id as the run's key.
-fn tensor(id: u64) -> TensorId {
-    TensorId::from(KeyData::from_ffi(id))
+/// A plan file's reservation as the interpreter follows it.
+impl From<&PlannedReservation> for Reservation {
+    fn from(planned: &PlannedReservation) -> Reservation {
+        let tensor = |id: u64| TensorId::from(KeyData::from_ffi(id));
+        Reservation {
+            victims: planned.evict.iter().map(|&id| tensor(id)).collect(),
+            moves: (planned.moves.iter())
+                .map(|m| BlockMove {
+                    tensor: tensor(m.tensor),
+                    allocation: m.allocation,
+                    to: m.to,
+                })
+                .collect(),
+            out_of_memory: planned.out_of_memory,
+        }
+    }
 }
