@@ -223,6 +223,8 @@ fn plan_then_replay_from_the_command_line() {
     );
     let printed = String::from_utf8_lossy(&made.stdout);
     assert!(printed.contains("planned arena"), "{printed}");
+    // Made from the recorded program, a plan looks ahead by default.
+    assert!(printed.contains("planned with `dtr-next`"), "{printed}");
     let followed = dtr(&[
         "replay",
         trace.to_str().unwrap(),

@@ -28,8 +28,10 @@ pub struct Args {
     /// Budget in bytes; accepts KiB, MiB, GiB, KB, MB, GB suffixes.
     #[arg(long, value_parser = parse_bytes)]
     budget: Option<u64>,
-    /// The heuristic whose run the plan records (see `dtr heuristics`).
-    #[arg(long, default_value = dtr::policy::DEFAULT_HEURISTIC)]
+    /// The heuristic whose run the plan records (see `dtr heuristics`). By
+    /// default `dtr-next`, h_DTR looking ahead: a plan is made from the
+    /// recorded program, so it knows when each tensor is read next.
+    #[arg(long, default_value = "dtr-next")]
     heuristic: String,
     /// Alignment of the planned offsets, in bytes (a power of two).
     #[arg(long, default_value_t = 256)]
