@@ -13,7 +13,6 @@
 
 use divan::Bencher;
 
-use dtr::ops::{RecordedOp, RecordedOutput};
 use dtr::policy::Sampling;
 use dtr::{Config, Interpreter, Op, SimulatorBackend};
 
@@ -22,18 +21,7 @@ fn main() {
 }
 
 fn kib_op(cost: u64) -> Op {
-    Op::Recorded(RecordedOp {
-        call: 0,
-        module: None,
-        name: "make".into(),
-        cost,
-        outputs: [RecordedOutput {
-            bytes: 1024,
-            alias_of: None,
-        }]
-        .into_iter()
-        .collect(),
-    })
+    Op::recorded("make", cost, 1024)
 }
 
 /// Times one eviction per iteration: each iteration's new 1 KiB op evicts

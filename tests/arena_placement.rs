@@ -143,22 +143,8 @@ fn a_stopped_arena_replay_names_the_compacting_arena() {
 /// tensor, evicting nothing.
 #[test]
 fn blocks_move_only_where_that_is_cheaper_than_the_op() {
-    use dtr::ops::{RecordedOp, RecordedOutput};
     use dtr::{Config, Interpreter, Op, SimulatorBackend};
-    let op = |bytes: u64, cost: u64| {
-        Op::Recorded(RecordedOp {
-            call: 0,
-            module: None,
-            name: "make".into(),
-            cost,
-            outputs: [RecordedOutput {
-                bytes,
-                alias_of: None,
-            }]
-            .into_iter()
-            .collect(),
-        })
-    };
+    let op = |bytes: u64, cost: u64| Op::recorded("make", cost, bytes);
     for (cost, moves) in [(1, false), (1_000_000, true)] {
         let config = Config::default()
             .with_memory("arena-compact".parse().unwrap())

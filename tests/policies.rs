@@ -300,33 +300,18 @@ fn tied_gradient_at_the_end(heuristic: &str, guard: bool) -> (dtr::Result<()>, S
     assert!(evicted(&dtr).is_empty());
     let mut run = || -> dtr::Result<()> {
         for (&act, temporary) in acts.iter().zip([150, 150, 200]) {
-            let grad = dtr.apply_op(recorded(1000, 30), &[act])?[0];
+            let grad = dtr.apply_op(Op::recorded("op", 1000, 30), &[act])?[0];
             dtr.detach(grad)?;
             dtr.del(act)?;
-            let temporary = dtr.apply_op(recorded(1, temporary), &[grad])?[0];
+            let temporary = dtr.apply_op(Op::recorded("op", 1, temporary), &[grad])?[0];
             dtr.del(temporary)?;
         }
-        let end = dtr.apply_op(recorded(1, 20), &[s, b])?[0];
+        let end = dtr.apply_op(Op::recorded("op", 1, 20), &[s, b])?[0];
         dtr.del(end)
     };
     let result = run();
     dtr.check_invariants().unwrap();
     (result, dtr, [h, s, b])
-}
-
-fn recorded(cost: u64, bytes: u64) -> Op {
-    Op::Recorded(RecordedOp {
-        call: 0,
-        module: None,
-        name: "op".into(),
-        cost,
-        outputs: [RecordedOutput {
-            bytes,
-            alias_of: None,
-        }]
-        .into_iter()
-        .collect(),
-    })
 }
 
 #[test]

@@ -414,14 +414,14 @@ impl Plan {
             lifetimes,
             offsets,
         };
+        let (stretches, offsets) = plan.placements().map_err(Error::InvalidArgument)?;
         if placed {
-            let (stretches, offsets) = plan.placements().map_err(Error::InvalidArgument)?;
-            plan.arena_bytes = (stretches.iter().zip(offsets))
+            plan.arena_bytes = (stretches.iter().zip(&offsets))
                 .map(|(l, offset)| offset + l.bytes)
                 .max()
                 .unwrap_or(0);
         }
-        plan.check().map_err(Error::InvalidArgument)?;
+        packing::check(&stretches, &offsets, plan.arena_bytes).map_err(Error::InvalidArgument)?;
         Ok(plan)
     }
 

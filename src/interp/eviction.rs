@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use smallvec::SmallVec;
 
 use crate::graph::{NodeId, StorageId};
-use crate::memory::Block;
+use crate::memory::{Block, Move};
 
 /// What an allocation is for, to name it in an out-of-memory error.
 #[derive(Clone, Copy)]
@@ -137,15 +137,15 @@ impl<B: Backend> Interpreter<B> {
     fn reserve_by_moving(&mut self, sizes: &[u64], most_bytes: u64) -> Option<Vec<Block>> {
         let moves = self.table.make_room_by_moving(sizes, most_bytes)?;
         self.schedule_moves(&moves);
-        let bytes = moves
-            .iter()
-            .fold(0u64, |sum, m| sum.saturating_add(m.to.size));
-        self.charge_moves(bytes);
+        self.charge_moves(&moves);
         self.table.reserve(sizes)
     }
 
     /// Moved blocks take their time on the compute stream.
-    pub(super) fn charge_moves(&mut self, bytes: u64) {
+    pub(super) fn charge_moves(&mut self, moves: &[Move]) {
+        let bytes = moves
+            .iter()
+            .fold(0u64, |sum, m| sum.saturating_add(m.to.size));
         if bytes > 0 {
             let cost = self.config.move_cost(bytes);
             self.graph.clock += cost;

@@ -216,13 +216,8 @@ impl<B: Backend> Interpreter<B> {
         // and then evicted is not among them), and the moves go at once: a
         // reservation's destinations are free once all its moved blocks left.
         let mut targets: Vec<(StorageId, u64)> = Vec::with_capacity(planned.moves.len());
-        let mut moved = 0u64;
         for planned_move in &planned.moves {
-            let storage = self
-                .graph
-                .tensors
-                .get(planned_move.tensor)
-                .map(|t| t.storage);
+            let storage = (self.graph.tensors.get(planned_move.tensor)).map(|t| t.storage);
             let Some(storage) = storage.filter(|&s| self.graph.storages[s].is_resident()) else {
                 return Err(broken(format!(
                     "{:?} is not resident to move",
@@ -233,17 +228,16 @@ impl<B: Backend> Interpreter<B> {
                 Some(target) => target.1 = planned_move.to,
                 None => targets.push((storage, planned_move.to)),
             }
-            let bytes = self.graph.storages[storage].bytes;
-            let block = (self.table.memory().arena()).map_or(Some(bytes), |a| a.aligned(bytes));
-            moved = moved.saturating_add(block.unwrap_or(u64::MAX));
         }
-        if !targets.is_empty() && self.table.move_blocks(&targets).is_none() {
-            return Err(broken(format!(
-                "blocks cannot move to offsets {:?}",
-                targets.iter().map(|t| t.1).collect::<Vec<_>>()
-            )));
+        if !targets.is_empty() {
+            let Some(moves) = self.table.move_blocks(&targets) else {
+                return Err(broken(format!(
+                    "blocks cannot move to offsets {:?}",
+                    targets.iter().map(|t| t.1).collect::<Vec<_>>()
+                )));
+            };
+            self.charge_moves(&moves);
         }
-        self.charge_moves(moved);
         if planned.out_of_memory {
             let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
             return Err(self.out_of_memory(requested, purpose));

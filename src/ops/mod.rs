@@ -351,6 +351,22 @@ pub struct RecordedOutput {
 }
 
 impl Op {
+    /// A [`RecordedOp`] called `name` that costs `cost` and makes one new
+    /// storage of `bytes` (for the simulator).
+    pub fn recorded(name: &str, cost: u64, bytes: u64) -> Op {
+        Op::Recorded(RecordedOp {
+            name: name.into(),
+            cost,
+            outputs: [RecordedOutput {
+                bytes,
+                alias_of: None,
+            }]
+            .into(),
+            call: 0,
+            module: None,
+        })
+    }
+
     /// [`Op::Fill`] of `dims` with `value`.
     pub fn fill(dims: &[usize], value: f32) -> Op {
         Op::Fill {

@@ -136,7 +136,7 @@ impl Heuristic for Dtr {
         let graph = view.graph;
         let info = &graph.storages[storage];
         let denominator = info.bytes as f64 * graph.staleness(storage) as f64;
-        if !(denominator > 0.0) {
+        if denominator <= 0.0 {
             return cost_density(info.cost, storage, graph);
         }
         // Division rounds monotonically: a partial cost already above
