@@ -18,9 +18,11 @@ mod random;
 mod region;
 mod search;
 mod size;
+mod summary;
 
-pub use pool::{Bounds, Candidate, CandidatePool, PoolOrder, Summary};
+pub use pool::{Bounds, Candidate, CandidatePool, PoolOrder};
 pub use search::{CandidateSearch, Sampling};
+pub use summary::{BoundClock, HeldThreshold, Summaries, Summary};
 
 use slotmap::SecondaryMap;
 use smallvec::{smallvec, SmallVec};

@@ -16,6 +16,7 @@ use std::ops::Bound;
 
 use slotmap::SecondaryMap;
 
+use super::summary::{Summaries, Summary};
 use crate::graph::{StorageId, StorageInfo};
 
 /// A lower bound of a heuristic's scores that a pool entry alone gives,
@@ -125,92 +126,6 @@ impl Candidate {
     }
 }
 
-/// What a √N draw reads of a pool entry, in 16 bytes where the entry takes
-/// 32: whether the position holds a member, its held bytes (for the
-/// small-candidate threshold) and a lower bound of its cost density, its
-/// key's extra counted (see [`Bounds`]). At
-/// 10⁶ candidates each draw is a cache miss into this array, and an array
-/// half the size misses the cache less (in a standalone test, 1,000
-/// draws and their reads took ≈ 8 µs of CPU over 16 MB of summaries
-/// against ≈ 16 µs over 32 MB of entries); the entry is read only for the
-/// few draws whose bound could beat the best score so far.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Summary {
-    /// `(cost + extra) / held` lowered by a relative margin of 2⁻²⁰ and
-    /// rounded down to an `f32`, so never above the entry's own key (see
-    /// [`Summary::cost_density_bound`]); +∞ for no bytes; NaN for a hole.
-    density: f32,
-    /// `held`, or `u32::MAX` for that many bytes or more (then the entry
-    /// has the exact figure).
-    held: u32,
-    /// The entry's last access, exactly.
-    last_access: u64,
-}
-
-/// The relative margin a summary's density is lowered by: far above the few
-/// units of 2⁻⁵³ by which the entry's own bound and the summary's can be
-/// rounded differently, far below any gap that matters to pruning.
-const SUMMARY_MARGIN: f64 = 1.0 - 1.0 / (1u64 << 20) as f64;
-
-impl Summary {
-    /// The summary of a hole.
-    const HOLE: Summary = Summary {
-        density: f32::NAN,
-        held: 0,
-        last_access: 0,
-    };
-
-    fn of(candidate: &Candidate, extra: u64) -> Summary {
-        let density = if candidate.held == 0 {
-            f32::INFINITY
-        } else {
-            let cost = candidate.cost.saturating_add(extra);
-            let exact = cost as f64 / candidate.held as f64 * SUMMARY_MARGIN;
-            let rounded = exact as f32;
-            // `as` rounds to nearest; the bound must not be above.
-            if f64::from(rounded) > exact {
-                rounded.next_down()
-            } else {
-                rounded
-            }
-        };
-        Summary {
-            density,
-            held: u32::try_from(candidate.held).unwrap_or(u32::MAX),
-            last_access: candidate.last_access,
-        }
-    }
-
-    /// Whether the position holds no member.
-    #[inline]
-    pub fn is_hole(&self) -> bool {
-        self.density.is_nan()
-    }
-
-    /// Whether the member holds fewer than `threshold` bytes, if the summary
-    /// alone tells (`None` from 2³² − 1 bytes on: read the entry).
-    #[inline]
-    pub fn held_below(&self, threshold: u64) -> Option<bool> {
-        (self.held != u32::MAX).then_some(u64::from(self.held) < threshold)
-    }
-
-    /// A lower bound of the entry's key over its staleness at `clock`
-    /// (`(c0 + extra) / (held · stale)`, at least
-    /// [`Candidate::cost_density_bound`]), from the summary alone: the
-    /// density is at least 2⁻²⁰ below `(c0 + extra) / held` in relative
-    /// terms, and the two divisions' roundings differ by a few units of
-    /// 2⁻⁵³, so it is never above.
-    #[inline]
-    pub fn cost_density_bound(&self, clock: u64) -> f64 {
-        let stale = clock.saturating_sub(self.last_access);
-        if stale == 0 {
-            f64::INFINITY
-        } else {
-            f64::from(self.density) / stale as f64
-        }
-    }
-}
-
 /// The storages that may be evicted now (resident, recomputable, unlocked,
 /// unpinned), for scans and uniform random draws.
 #[derive(Debug, Default)]
@@ -220,7 +135,7 @@ pub struct CandidatePool {
     entries: Vec<Option<Candidate>>,
     /// Each entry's [`Summary`], at the same positions: what √N draws read.
     /// Empty when not kept (see [`CandidatePool::keep_summaries`]).
-    summaries: Vec<Summary>,
+    summaries: Summaries,
     /// Whether the summaries are not kept: a full scan never reads them.
     without_summaries: bool,
     /// Each member's position in `entries`.
@@ -535,7 +450,7 @@ impl CandidatePool {
 
     /// The [`Summary`] of each of [`CandidatePool::entries`], at the same
     /// positions; empty when they are not kept.
-    pub fn summaries(&self) -> &[Summary] {
+    pub fn summaries(&self) -> &Summaries {
         &self.summaries
     }
 
@@ -544,14 +459,14 @@ impl CandidatePool {
     /// 2% of a Transformer log's replay, which scans the whole pool.
     pub fn keep_summaries(&mut self, keep: bool) {
         self.without_summaries = !keep;
-        self.summaries = Vec::new();
+        self.summaries = Summaries::default();
         self.drop_extras_unless_kept();
         self.resummarize();
     }
 
     fn summarize(&mut self, position: u32, summary: Summary) {
         if !self.without_summaries {
-            self.summaries[position as usize] = summary;
+            self.summaries.set(position as usize, summary);
         }
     }
 
@@ -574,14 +489,14 @@ impl CandidatePool {
         if !self.keeps_extras() && !self.extras.is_empty() {
             return Err("pool extras kept with neither order nor summaries".into());
         }
-        for (position, (entry, summary)) in self.entries.iter().zip(&self.summaries).enumerate() {
+        for (position, (entry, summary)) in
+            self.entries.iter().zip(self.summaries.iter()).enumerate()
+        {
             let extra = self.extra_at(position as u32);
             let expected = entry
                 .as_ref()
                 .map_or(Summary::HOLE, |c| Summary::of(c, extra));
-            // NaN (a hole) is unequal to itself: compare the bits.
-            let bits = |s: &Summary| (s.density.to_bits(), s.held, s.last_access);
-            if bits(summary) != bits(&expected) {
+            if summary != expected {
                 return Err(format!(
                     "pool position {position} is summarised as {summary:?}, not {expected:?}"
                 ));
@@ -603,7 +518,9 @@ impl CandidatePool {
             self.entries[position - 1].is_some()
         });
         self.entries.retain(Option::is_some);
-        self.summaries.retain(|summary| !summary.is_hole());
+        self.summaries = (self.summaries.iter())
+            .filter(|summary| !summary.is_hole())
+            .collect();
         for (position, candidate) in self.entries.iter().flatten().enumerate() {
             self.members[candidate.storage] = position as u32;
         }
@@ -668,6 +585,7 @@ impl Bounds<'_> {
 pub(super) mod tests {
     use super::*;
     use crate::graph::Residency;
+    use crate::policy::BoundClock;
     use slotmap::SlotMap;
 
     /// A storage's graph record with these bytes, cost and last access.
@@ -739,54 +657,18 @@ pub(super) mod tests {
         assert_eq!(pool.bytes(), 16);
     }
 
-    /// A summary's bound is never above its entry's, whatever the
-    /// rounding, and its held bytes and holes are the entry's.
+    /// The summaries follow the entries: holes where members left, none
+    /// while turned off, and keys' extras counted.
     #[test]
-    fn summaries_bound_their_entries() {
-        use rand::{Rng, SeedableRng};
+    fn summaries_follow_the_entries() {
         let mut keys: SlotMap<StorageId, ()> = SlotMap::with_key();
         let s = keys.insert(());
-        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let pick = |rng: &mut rand::rngs::StdRng| match rng.gen_range(0..4) {
-            0 => rng.gen_range(0..4u64),
-            1 => u64::MAX - rng.gen_range(0..4u64),
-            2 => 1 << rng.gen_range(0..64),
-            _ => rng.gen::<u64>() >> rng.gen_range(0..64),
-        };
-        for _ in 0..100_000 {
-            let candidate = Candidate {
-                storage: s,
-                held: pick(&mut rng),
-                cost: pick(&mut rng),
-                last_access: pick(&mut rng),
-            };
-            let clock = candidate.last_access.saturating_add(pick(&mut rng));
-            let extra = if rng.gen() { 0 } else { pick(&mut rng) };
-            let summary = Summary::of(&candidate, extra);
-            assert!(!summary.is_hole());
-            let keyed = Candidate {
-                cost: candidate.cost.saturating_add(extra),
-                ..candidate
-            };
-            let (bound, exact) = (
-                summary.cost_density_bound(clock),
-                keyed.cost_density_bound(clock),
-            );
-            assert!(
-                bound <= exact,
-                "{candidate:?} at {clock}: {bound} > {exact}"
-            );
-            let threshold = pick(&mut rng);
-            if let Some(below) = summary.held_below(threshold) {
-                assert_eq!(below, candidate.held < threshold);
-            }
-        }
         let mut pool = CandidatePool::new();
         let t = keys.insert(());
         pool.insert(s, 8, &info(8, 3, 1));
         pool.insert(t, 8, &info(8, 3, 1));
         pool.remove(s);
-        assert!(pool.summaries()[0].is_hole() && !pool.summaries()[1].is_hole());
+        assert!(pool.summaries().get(0).is_hole() && !pool.summaries().get(1).is_hole());
         assert_eq!(pool.check_summaries(), Ok(()));
         // Turned off, none are kept; turned on again, they are the entries'.
         pool.keep_summaries(false);
@@ -799,10 +681,18 @@ pub(super) mod tests {
         assert_eq!(pool.check_summaries(), Ok(()));
         // An extra set through the bounds raises the summary's bound, and
         // goes when the summaries do (no heuristic maintains it then).
-        let plain = pool.summaries()[1].cost_density_bound(10);
+        let plain = pool
+            .summaries()
+            .get(1)
+            .cost_density_bound(BoundClock::new(10));
         pool.bounds().set(t, 40, 8);
         assert_eq!(pool.extra(t), 40);
-        assert!(pool.summaries()[1].cost_density_bound(10) > plain);
+        assert!(
+            pool.summaries()
+                .get(1)
+                .cost_density_bound(BoundClock::new(10))
+                > plain
+        );
         assert_eq!(pool.check_summaries(), Ok(()));
         pool.keep_summaries(false);
         assert_eq!(pool.extra(t), 0);

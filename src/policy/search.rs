@@ -4,6 +4,7 @@
 use rand::{Rng, SeedableRng};
 
 use super::pool::{bucket_floor, Candidate, Place, PoolOrder};
+use super::summary::{BoundClock, HeldThreshold, PER_LINE};
 use super::CandidatePool;
 use crate::graph::StorageId;
 
@@ -17,8 +18,9 @@ pub enum Sampling {
     All,
     /// ⌈√N⌉ candidates drawn uniformly (with replacement), ignoring those
     /// under 1% of the average candidate size. In large pools they are
-    /// drawn as runs of up to 8 neighbouring pool positions, each position
-    /// still as likely as any other.
+    /// drawn in aligned blocks of up to 8 neighbouring pool positions (one
+    /// cache line of summaries), each position still as likely as any
+    /// other.
     Sqrt,
 }
 
@@ -33,32 +35,29 @@ impl std::fmt::Display for Sampling {
 
 /// Draws kept ahead of the one being scored, their summaries prefetched,
 /// so that this many cache misses overlap instead of following one another.
-const WINDOW: usize = 32;
+const WINDOW: usize = 8;
 
 /// How many neighbouring pool positions one √N draw takes, for a search
 /// that wants `wanted` candidates: one, as the DTR prototype draws, until
-/// a sample would have 128 runs or more (pools past 16,000 candidates),
-/// then as many as leaves 64 runs, at most 8. At 10⁶ candidates the pool
-/// is far larger than the cache and every draw is a miss: eight
-/// neighbours share two or three cache lines, so the 1,000 candidates cost
-/// 125 misses instead of 1,000. Each position is still drawn as often as
-/// any other (a run starts anywhere and wraps around the end); the runs
-/// are what is less random, and at 64 or more of them the sample still
-/// spans the pool. The authors' logs (a few thousand candidates at most)
-/// draw one at a time, as before.
+/// a sample would have 128 draws or more (pools past 16,000 candidates),
+/// then the largest power of two that leaves at least 64 draws, at most
+/// 8. At 10⁶ candidates the pool is far larger than the cache and every
+/// draw is a miss: a draw takes an aligned block of positions (a uniform
+/// block index times the run), whose eight summaries fill one cache line
+/// (see [`super::Summaries`]), so the 1,000 candidates cost 125 misses
+/// instead of 1,000. Each position is still drawn as often as any other
+/// (it lies in exactly one block); the blocks are what is less random,
+/// and at 64 or more of them the sample still spans the pool. The
+/// authors' logs (a few thousand candidates at most) draw one at a time,
+/// as before.
 pub(crate) fn run_length(wanted: usize) -> usize {
-    (wanted / 64).clamp(1, 8)
-}
-
-/// The `run` positions from `start` in a pool of `len`, wrapping around
-/// its end (`run ≤ len`).
-fn run_positions(start: usize, run: usize, len: usize) -> impl Iterator<Item = usize> {
-    (start..start + run).map(move |slot| if slot < len { slot } else { slot - len })
+    let most = (wanted / 64).clamp(1, super::summary::PER_LINE);
+    1 << most.ilog2()
 }
 
 /// Starts bringing `value` into the cache, without waiting for it.
 #[inline(always)]
-fn prefetch<T>(value: &T) {
+pub(super) fn prefetch<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE is part of x86-64, and a prefetch is a hint that reads
     // nothing and cannot fault.
@@ -70,18 +69,112 @@ fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
-/// Prefetches the cache lines of the run of `run` items from `start` (see
-/// [`run_positions`]): one prefetch per line, not per item.
+/// Prefetches the cache lines of `items[range]`: one prefetch per line,
+/// not per item.
 #[inline(always)]
-fn prefetch_run<T>(items: &[T], start: usize, run: usize) {
+fn prefetch_range<T>(items: &[T], range: std::ops::Range<usize>) {
     let per_line = (64 / std::mem::size_of::<T>().max(1)).max(1);
-    for slot in run_positions(start, run, items.len()).step_by(per_line) {
+    let Some(last) = range.end.checked_sub(1) else {
+        return;
+    };
+    for slot in range.step_by(per_line) {
         prefetch(&items[slot]);
     }
-    if let (true, Some(last)) = (run > 1, run_positions(start, run, items.len()).last()) {
-        // The last line, where the run does not start on a line's start.
-        prefetch(&items[last]);
+    // The last line, where the range does not start on a line's start.
+    prefetch(&items[last]);
+}
+
+/// The draws whose scoring waits for the second pass of
+/// [`CandidateSearch::lowest_sampled`]: each one's bound, and its pool
+/// position and index among the sampled draws, in the order drawn.
+#[derive(Debug, Clone, Default)]
+struct DeferredDraws {
+    bounds: Vec<f64>,
+    draws: Vec<(u32, u32)>,
+}
+
+impl DeferredDraws {
+    fn clear(&mut self) {
+        self.bounds.clear();
+        self.draws.clear();
     }
+
+    fn push(&mut self, bound: f64, position: usize, index: u32) {
+        self.bounds.push(bound);
+        self.draws.push((position as u32, index));
+    }
+
+    /// Defers the `lanes` of line `line` (their `bounds`), the draws after
+    /// the `base`th. Every lane takes a place, so that a whole line is
+    /// copied at once; the others' bounds are NaN, which is never the
+    /// lowest nor at most anything.
+    #[inline(always)]
+    fn push_line(&mut self, bounds: [f64; PER_LINE], lanes: u8, line: usize, base: u32) {
+        let first = (line * PER_LINE) as u32;
+        if lanes == u8::MAX {
+            let draws: [(u32, u32); PER_LINE] =
+                std::array::from_fn(|lane| (first + lane as u32, base + lane as u32 + 1));
+            self.bounds.extend_from_slice(&bounds);
+            self.draws.extend_from_slice(&draws);
+            return;
+        }
+        let mut masked = [f64::NAN; PER_LINE];
+        let mut draws = [(0, 0); PER_LINE];
+        let mut index = base;
+        for lane in 0..PER_LINE {
+            let deferred = (lanes >> lane) & 1;
+            index += u32::from(deferred);
+            if deferred != 0 {
+                masked[lane] = bounds[lane];
+            }
+            draws[lane] = (first + lane as u32, index);
+        }
+        self.bounds.extend_from_slice(&masked);
+        self.draws.extend_from_slice(&draws);
+    }
+
+    /// Pads the draws to whole chunks of [`PER_LINE`] with NaN bounds, so
+    /// that [`DeferredDraws::chunks`] covers them all.
+    fn pad(&mut self) {
+        while !self.bounds.len().is_multiple_of(PER_LINE) {
+            self.push(f64::NAN, 0, 0);
+        }
+    }
+
+    /// The bounds (after [`DeferredDraws::pad`]) in chunks of eight.
+    fn chunks(&self) -> &[[f64; PER_LINE]] {
+        self.bounds.as_chunks().0
+    }
+
+    /// The first of the lowest bounds (after [`DeferredDraws::pad`]): its
+    /// draw's place in the order drawn.
+    fn lowest(&self) -> Option<usize> {
+        // Lane-wise minima first (the compiler keeps them in vector
+        // registers), then the first bound that is the lowest; `min`
+        // passes NaN over.
+        let mut lows = [f64::INFINITY; PER_LINE];
+        for chunk in self.chunks() {
+            for (low, &bound) in lows.iter_mut().zip(chunk) {
+                *low = low.min(bound);
+            }
+        }
+        let lowest = lows.iter().fold(f64::INFINITY, |a, &b| a.min(b));
+        // The first chunk holding it, eight comparisons at once.
+        (self.chunks().iter().enumerate()).find_map(|(chunk_index, chunk)| {
+            let lanes = at_most(chunk, lowest);
+            (lanes != 0).then(|| chunk_index * PER_LINE + lanes.trailing_zeros() as usize)
+        })
+    }
+}
+
+/// The lanes of `chunk` at most `best`, lane `i` in bit `i` (NaN never
+/// is): vector comparisons, their signs gathered into a mask.
+fn at_most(chunk: &[f64; PER_LINE], best: f64) -> u8 {
+    let mut lanes = 0;
+    for (lane, &bound) in chunk.iter().enumerate() {
+        lanes |= u8::from(bound <= best) << lane;
+    }
+    lanes
 }
 
 /// The √N search's generator: xoshiro256++ (Blackman and Vigna), seeded
@@ -107,6 +200,8 @@ pub struct CandidateSearch {
     /// The share of √N draws whose entry was read (their bound did not rule
     /// them out), averaged over the last searches.
     entry_share: f64,
+    /// Scratch for [`CandidateSearch::lowest_sampled`].
+    deferred: DeferredDraws,
 }
 
 impl CandidateSearch {
@@ -124,6 +219,7 @@ impl CandidateSearch {
             ordered_share: 0.0,
             searches: 0,
             entry_share: 0.0,
+            deferred: DeferredDraws::default(),
         }
     }
 
@@ -145,10 +241,11 @@ impl CandidateSearch {
     /// With √N sampling, ⌈√N⌉ candidates are drawn uniformly with
     /// replacement, skipping those under 1% of the average size (the first
     /// of those is scored only when nothing else was drawn), at most 4·⌈√N⌉
-    /// members in all, and scored in the order drawn; each draw is a run
-    /// of `run_length` neighbouring positions from a uniform start. Runs'
-    /// summaries are prefetched `WINDOW` draws ahead; the generator is left
-    /// as if drawn one at a time, up to the draw that ended the search.
+    /// members in all, and scored in the order drawn; each draw is the
+    /// block of `run_length` neighbouring positions from a uniform multiple
+    /// of that length. Blocks' summaries are prefetched `WINDOW` draws
+    /// ahead; the generator is left as if drawn one at a time, up to the
+    /// draw that ended the search.
     pub fn lowest(
         &mut self,
         pool: &CandidatePool,
@@ -174,99 +271,211 @@ impl CandidateSearch {
                     }
                 }
             }
-            Sampling::Sqrt => {
-                let n = pool.len();
-                if n == 0 {
-                    return None;
-                }
-                let wanted = (n as f64).sqrt().ceil() as usize;
-                let threshold = pool.bytes() / n as u64 / 100;
-                let (entries, summaries) = (pool.entries(), pool.summaries());
-                assert_eq!(
-                    summaries.len(),
-                    entries.len(),
-                    "√N draws read kept summaries"
-                );
-                let entry = |slot: usize| entries[slot].as_ref().expect("a member's entry");
-                // Where most draws get past their summary (candidates alike
-                // but for their neighbours, as in a uniform chain), their
-                // entries are read anyway: fetch them with the summaries
-                // rather than one miss after another.
-                let with_entries = self.entry_share > 0.5;
-                let len = summaries.len();
-                let run = run_length(wanted).min(len);
-                let fetch = |start: usize| {
-                    prefetch_run(summaries, start, run);
-                    if with_entries {
-                        prefetch_run(entries, start, run);
-                    }
-                };
-                let mut fallback = None;
-                let (mut members, mut sampled, mut read) = (0, 0, 0);
-                // Draw i waits in `ring[i % WINDOW]`, its summaries
-                // prefetched, until it is scored, while draw i + WINDOW takes
-                // its place: WINDOW draws stay in flight. `checkpoints[k % 2]`
-                // is the generator before draw k·WINDOW, to rewind it exactly.
-                let mut checkpoints = [self.rng.clone(), self.rng.clone()];
-                let mut ring = [0usize; WINDOW];
-                for start in &mut ring {
-                    *start = self.rng.gen_range(0..len);
-                    fetch(*start);
-                }
-                // Scores the draw at `slot`; whether the search ends.
-                let mut visit = |slot: usize| {
-                    let summary = &summaries[slot];
-                    if summary.is_hole() {
-                        return false;
-                    }
-                    members += 1;
-                    let small = summary
-                        .held_below(threshold)
-                        .unwrap_or_else(|| entry(slot).held < threshold);
-                    let stop = if small {
-                        fallback.get_or_insert(*entry(slot));
-                        false
-                    } else {
-                        sampled += 1;
-                        let above = |clock| {
-                            best.is_some_and(|(b, _)| summary.cost_density_bound(clock) > b)
-                        };
-                        !density_floor.is_some_and(above) && {
-                            read += 1;
-                            consider(&mut best, entry(slot))
-                        }
+            Sampling::Sqrt => return self.lowest_sampled(pool, density_floor, score),
+        }
+        best.map(|(score, storage)| (storage, score))
+    }
+
+    /// [`CandidateSearch::lowest`] with √N sampling, in two passes that
+    /// choose as one pass in the order drawn would. The first draws the
+    /// sample, judging each drawn block's summaries a line at a time, and
+    /// scores at once the draws that could score 0 (their key is 0, or
+    /// there is no bound), which end the search where they are drawn. The
+    /// second scores the draw of the lowest bound, then in the order drawn
+    /// each draw whose bound is not above the best score so far, the later
+    /// draw winning a tie: a pass in the order drawn reads every draw that
+    /// lowers the best score (about ln √N of them), this one mostly the
+    /// lowest alone.
+    fn lowest_sampled(
+        &mut self,
+        pool: &CandidatePool,
+        density_floor: Option<u64>,
+        mut score: impl FnMut(&Candidate, Option<f64>) -> Option<f64>,
+    ) -> Option<(StorageId, f64)> {
+        let n = pool.len();
+        if n == 0 {
+            return None;
+        }
+        let wanted = (n as f64).sqrt().ceil() as usize;
+        let threshold = pool.bytes() / n as u64 / 100;
+        let packed_threshold = HeldThreshold::new(threshold);
+        let (entries, summaries) = (pool.entries(), pool.summaries());
+        assert_eq!(
+            summaries.len(),
+            entries.len(),
+            "√N draws read kept summaries"
+        );
+        let entry = |slot: usize| entries[slot].as_ref().expect("a member's entry");
+        let clock = BoundClock::new(density_floor.unwrap_or(0));
+        // Where most draws get past their summary (candidates alike but
+        // for their neighbours, as in a uniform chain), their entries are
+        // read anyway: fetch them with the summaries rather than one miss
+        // after another.
+        let with_entries = self.entry_share > 0.5;
+        let len = entries.len();
+        let run = run_length(wanted);
+        let blocks = len.div_ceil(run);
+        // Draws of one position (pools up to about 16,000 candidates, which
+        // the cache holds) are scored as they are drawn unless their bound
+        // rules them out; larger draws are deferred to the second pass,
+        // which reads fewer entries, each likely a cache miss.
+        let two_pass = run > 1;
+        // A block's summaries share one line; positions past the pool's
+        // end are holes there.
+        let fetch = |start: usize| {
+            summaries.prefetch(start);
+            if with_entries {
+                prefetch_range(entries, start..(start + run).min(len));
+            }
+        };
+        // The lowest score so far, with the index of its draw among those
+        // sampled (from 1) and its storage.
+        let mut best: Option<(f64, u32, StorageId)> = None;
+        let mut read = 0;
+        // Scores the `at`th sampled draw; whether it scored 0 or less.
+        let mut consider = |best: &mut Option<(f64, u32, StorageId)>, candidate: &Candidate, at| {
+            read += 1;
+            let Some(s) = score(candidate, best.map(|(b, ..)| b)) else {
+                return false;
+            };
+            if best.is_none_or(|(b, was, _)| s < b || (s == b && at > was)) {
+                *best = Some((s, at, candidate.storage));
+            }
+            s <= 0.0
+        };
+        let mut deferred = std::mem::take(&mut self.deferred);
+        deferred.clear();
+        let mut fallback = None;
+        let (mut members, mut sampled) = (0, 0u32);
+        // Draw i waits in `ring[i % WINDOW]`, its summaries prefetched,
+        // until it is visited, while draw i + WINDOW takes its place:
+        // WINDOW draws stay in flight. `checkpoints[k % 2]` is the generator
+        // before draw k·WINDOW, to rewind it exactly.
+        let mut checkpoints = [self.rng.clone(), self.rng.clone()];
+        let mut ring = [0usize; WINDOW];
+        for start in &mut ring {
+            *start = self.rng.gen_range(0..blocks) * run;
+            fetch(*start);
+        }
+        let mut drawn = 0;
+        loop {
+            let at = drawn % WINDOW;
+            let start = ring[at];
+            if at == 0 {
+                checkpoints[(drawn / WINDOW + 1) % 2] = self.rng.clone();
+            }
+            ring[at] = self.rng.gen_range(0..blocks) * run;
+            fetch(ring[at]);
+            drawn += 1;
+            if two_pass {
+                let (line, first_lane) = (start / PER_LINE, start % PER_LINE);
+                let verdict = summaries.judge(line, packed_threshold);
+                let block = (((1u16 << run) - 1) << first_lane) as u8;
+                let block_members = verdict.members & block;
+                let small = verdict.small & block_members;
+                let sampled_lanes = block_members & !small;
+                let counts = || (block_members.count_ones(), sampled_lanes.count_ones());
+                // The whole block at once, where nothing in it needs its
+                // entry to tell its size, is scored now or ends the sample.
+                let whole = verdict.unsure & block_members == 0
+                    && (density_floor.is_some() && verdict.zero_key & sampled_lanes == 0)
+                    && {
+                        let (member_count, sampled_count) = counts();
+                        members + (member_count as usize) < 4 * wanted
+                            && ((sampled + sampled_count) as usize) < wanted
                     };
-                    stop || sampled == wanted || members == 4 * wanted
-                };
-                let mut drawn = 0;
-                loop {
-                    let at = drawn % WINDOW;
-                    let start = ring[at];
-                    if at == 0 {
-                        checkpoints[(drawn / WINDOW + 1) % 2] = self.rng.clone();
+                if whole {
+                    let (member_count, sampled_count) = counts();
+                    members += member_count as usize;
+                    if small != 0 && fallback.is_none() {
+                        let lane = small.trailing_zeros() as usize;
+                        fallback = Some(*entry(line * PER_LINE + lane));
                     }
-                    ring[at] = self.rng.gen_range(0..len);
-                    fetch(ring[at]);
-                    drawn += 1;
-                    if run_positions(start, run, len).any(&mut visit) {
-                        break;
+                    if run == PER_LINE {
+                        let bounds = summaries.bounds(line, clock);
+                        deferred.push_line(bounds, sampled_lanes, line, sampled);
+                    } else {
+                        let mut lanes = sampled_lanes;
+                        for index in (sampled + 1..).take(sampled_count as usize) {
+                            let lane = lanes.trailing_zeros() as usize;
+                            lanes &= lanes - 1;
+                            let position = line * PER_LINE + lane;
+                            let bound = summaries.get(position).cost_density_bound(clock);
+                            deferred.push(bound, position, index);
+                        }
+                    }
+                    sampled += sampled_count;
+                    continue;
+                }
+            }
+            // Position by position, as one pass in the order drawn.
+            let mut done = false;
+            for slot in start..start + run {
+                let summary = summaries.get(slot);
+                if summary.is_hole() {
+                    continue;
+                }
+                members += 1;
+                let small = summary
+                    .held_below(packed_threshold)
+                    .unwrap_or_else(|| entry(slot).held < threshold);
+                if small {
+                    fallback.get_or_insert(*entry(slot));
+                } else {
+                    sampled += 1;
+                    if density_floor.is_none() || summary.key_is_zero() {
+                        done = consider(&mut best, entry(slot), sampled);
+                    } else {
+                        let bound = summary.cost_density_bound(clock);
+                        if two_pass {
+                            deferred.push(bound, slot, sampled);
+                        } else if best.is_none_or(|(b, ..)| bound <= b) {
+                            // Above 0: it cannot end the search.
+                            consider(&mut best, entry(slot), sampled);
+                        }
                     }
                 }
-                self.entry_share =
-                    0.9 * self.entry_share + 0.1 * read as f64 / members.max(1) as f64;
-                // Undo the draws after the `drawn`th.
-                self.rng = checkpoints[(drawn / WINDOW) % 2].clone();
-                for _ in 0..drawn % WINDOW {
-                    self.rng.gen_range(0..len);
+                if done || sampled as usize == wanted || members == 4 * wanted {
+                    done = true;
+                    break;
                 }
-                if sampled == 0 {
-                    if let Some(candidate) = fallback {
-                        consider(&mut best, &candidate);
+            }
+            if done {
+                break;
+            }
+        }
+        let zero = best.is_some_and(|(b, ..)| b <= 0.0);
+        deferred.pad();
+        if let (false, Some(first)) = (zero, deferred.lowest()) {
+            let (position, at) = deferred.draws[first];
+            consider(&mut best, entry(position as usize), at);
+            let limit =
+                |best: Option<(f64, u32, StorageId)>| best.map_or(f64::INFINITY, |(b, ..)| b);
+            for (chunk_index, chunk) in deferred.chunks().iter().enumerate() {
+                let mut lanes = at_most(chunk, limit(best));
+                while lanes != 0 {
+                    let lane = lanes.trailing_zeros() as usize;
+                    lanes &= lanes - 1;
+                    let (position, index) = deferred.draws[chunk_index * PER_LINE + lane];
+                    if index != at && chunk[lane] <= limit(best) {
+                        consider(&mut best, entry(position as usize), index);
                     }
                 }
             }
         }
-        best.map(|(score, storage)| (storage, score))
+        if sampled == 0 {
+            if let Some(candidate) = fallback {
+                consider(&mut best, &candidate, 0);
+            }
+        }
+        self.deferred = deferred;
+        self.entry_share = 0.9 * self.entry_share + 0.1 * read as f64 / members.max(1) as f64;
+        // Undo the draws after the `drawn`th.
+        self.rng = checkpoints[(drawn / WINDOW) % 2].clone();
+        for _ in 0..drawn % WINDOW {
+            self.rng.gen_range(0..blocks);
+        }
+        best.map(|(score, _, storage)| (storage, score))
     }
 }
 
@@ -451,13 +660,13 @@ mod tests {
         let threshold = pool.bytes() / n as u64 / 100;
         let entries = pool.entries();
         let len = entries.len();
-        let run = run_length(wanted).min(len);
+        let run = run_length(wanted);
         let (mut best, mut fallback) = (None::<(f64, StorageId)>, None);
         let (mut members, mut sampled) = (0, 0);
         'draws: loop {
-            let start = rng.gen_range(0..len);
+            let start = rng.gen_range(0..len.div_ceil(run)) * run;
             for offset in 0..run {
-                let Some(candidate) = entries[(start + offset) % len] else {
+                let Some(Some(candidate)) = entries.get(start + offset) else {
                     continue;
                 };
                 members += 1;
@@ -465,7 +674,7 @@ mod tests {
                     fallback.get_or_insert(candidate);
                 } else {
                     sampled += 1;
-                    let s = score(&candidate);
+                    let s = score(candidate);
                     if best.is_none_or(|(b, _)| s <= b) {
                         best = Some((s, candidate.storage));
                     }
@@ -479,33 +688,34 @@ mod tests {
             }
         }
         if let (0, Some(candidate)) = (sampled, fallback) {
-            best = Some((score(&candidate), candidate.storage));
+            best = Some((score(candidate), candidate.storage));
         }
         best.map(|(s, storage)| (storage, s))
     }
 
     #[test]
-    fn runs_are_one_position_in_small_pools_and_wrap_around_the_end() {
+    fn runs_are_one_position_in_small_pools_and_a_power_of_two_in_large_ones() {
         assert_eq!(run_length(1), 1);
         assert_eq!(run_length(127), 1);
         assert_eq!(run_length(128), 2);
+        assert_eq!(run_length(255), 2);
+        assert_eq!(run_length(256), 4);
+        assert_eq!(run_length(511), 4);
         assert_eq!(run_length(1000), 8);
-        assert_eq!(run_positions(3, 4, 10).collect::<Vec<_>>(), [3, 4, 5, 6]);
-        assert_eq!(run_positions(8, 4, 10).collect::<Vec<_>>(), [8, 9, 0, 1]);
-        assert_eq!(run_positions(0, 1, 1).collect::<Vec<_>>(), [0]);
+        assert_eq!(run_length(1_000_000), 8);
     }
 
     /// Draws taken ahead, skipped candidates and draws passed over by their
     /// summary's bound (keys' extras counted) change nothing: the same
     /// victims, scores and generator state as one draw at a time, with
     /// holes in the pool, small candidates, ties and zero scores; in pools
-    /// large enough for runs of 2 and 4 positions too, some wrapping around
-    /// the end.
+    /// large enough for blocks of 2 and 4 positions too, the last block
+    /// running past the pool's end.
     #[test]
     fn sqrt_search_chooses_as_one_draw_at_a_time() {
         let mut setup = StdRng::seed_from_u64(7);
         let clock = 20;
-        for n in [1usize, 2, 3, 10, 57, 400, 3000, 25_000, 100_000] {
+        for n in [1usize, 2, 3, 10, 57, 400, 3000, 25_001, 100_003, 300_005] {
             let mut keys: SlotMap<StorageId, ()> = SlotMap::with_key();
             let mut scores = SecondaryMap::new();
             let mut pool = CandidatePool::new();
