@@ -20,6 +20,13 @@ environment (passed through) keeps them from starving each other.
     cargo build --release --examples
     python python/benchmarks/eager_vs_pytorch.py --threads 2 --steps 10
 
+On a machine with a GPU, `--backend wgpu` runs the examples on dtr's wgpu
+backend and PyTorch on CUDA (`--torch-device` overrides; each PyTorch step
+ends with `torch.cuda.synchronize()`, as each dtr step ends by reading its
+loss):
+
+    python python/benchmarks/eager_vs_pytorch.py --backend wgpu
+
 Needs PyTorch (CPU is enough); nothing is installed by this script.
 """
 
@@ -48,13 +55,13 @@ def steady_step_seconds(step_seconds: list[float]) -> float:
 # ---------------------------------------------------------------- dtr side
 
 
-def run_dtr(model: str, threads: int, steps: int, budget_ratio: float) -> dict:
+def run_dtr(model: str, backend: str, threads: int, steps: int, budget_ratio: float) -> dict:
     binary = REPO / "target" / "release" / "examples" / model
     if not binary.exists():
         sys.exit(f"{binary} is missing: run `cargo build --release --examples` first")
     command = [
         str(binary),
-        "--backend", "cpu",
+        "--backend", backend,
         "--threads", str(threads),
         "--steps", str(steps),
         "--budget-ratio", str(budget_ratio),
@@ -83,7 +90,7 @@ def run_dtr(model: str, threads: int, steps: int, budget_ratio: float) -> dict:
 # (different generators), so losses agree only roughly.
 
 
-def torch_mlp(torch, steps: int, laps: list[float]) -> list[float]:
+def torch_mlp(torch, device, steps: int, laps: list[float]) -> list[float]:
     nn, F = torch.nn, torch.nn.functional
     batch, features, hidden, layers, classes, lr = 1024, 64, 128, 12, 10, 0.1
     g = torch.Generator().manual_seed(0)
@@ -102,7 +109,8 @@ def torch_mlp(torch, steps: int, laps: list[float]) -> list[float]:
         stack.append(linear)
         if i + 1 < len(linears):
             stack.append(nn.ReLU())
-    model = nn.Sequential(*stack)
+    model = nn.Sequential(*stack).to(device)
+    x, y = x.to(device), y.to(device)
     sgd = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
@@ -111,11 +119,11 @@ def torch_mlp(torch, steps: int, laps: list[float]) -> list[float]:
         sgd.zero_grad()
         loss.backward()
         sgd.step()
-        laps.append(time.perf_counter())
+        lap(torch, device, laps)
     return losses
 
 
-def torch_transformer(torch, steps: int, laps: list[float]) -> list[float]:
+def torch_transformer(torch, device, steps: int, laps: list[float]) -> list[float]:
     nn, F = torch.nn, torch.nn.functional
     b, t, v, d, heads, blocks, lr = 16, 64, 64, 32, 4, 4, 3e-3
     g = torch.Generator().manual_seed(0)
@@ -165,11 +173,11 @@ def torch_transformer(torch, steps: int, laps: list[float]) -> list[float]:
                 h = block(h, mask)
             return self.head(self.norm(h)).reshape(b * t, v)
 
-    model = Decoder()
+    model = Decoder().to(device)
     adam = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8)
     above = torch.ones(t, t).triu(1).bool()
-    mask = torch.zeros(t, t).masked_fill(above, -1e9)
-    position_ids = torch.arange(t).repeat(b, 1)
+    mask = torch.zeros(t, t).masked_fill(above, -1e9).to(device)
+    position_ids = torch.arange(t).repeat(b, 1).to(device)
     losses = []
     for _ in range(steps):
         # Sequences counting up by a random stride from a random start.
@@ -177,17 +185,17 @@ def torch_transformer(torch, steps: int, laps: list[float]) -> list[float]:
         stride = torch.randint(1, 4, (b, 1), generator=g)
         i = torch.arange(t + 1)
         stream = (start + i * stride) % v
-        x, y = stream[:, :t], stream[:, 1:].reshape(b * t)
+        x, y = stream[:, :t].to(device), stream[:, 1:].reshape(b * t).to(device)
         loss = F.cross_entropy(model(x, position_ids, mask), y)
         losses.append(loss.item())
         adam.zero_grad()
         loss.backward()
         adam.step()
-        laps.append(time.perf_counter())
+        lap(torch, device, laps)
     return losses
 
 
-def torch_resnet(torch, steps: int, laps: list[float]) -> list[float]:
+def torch_resnet(torch, device, steps: int, laps: list[float]) -> list[float]:
     nn, F = torch.nn, torch.nn.functional
     n, width, per_stage, side, classes, lr = 8, 8, 5, 32, 10, 0.05
     g = torch.Generator().manual_seed(0)
@@ -239,41 +247,51 @@ def torch_resnet(torch, steps: int, laps: list[float]) -> list[float]:
             pooled = F.avg_pool2d(h, final, stride=final).reshape(n, self.channels)
             return self.head(pooled)
 
-    model = ResNet()
+    model = ResNet().to(device)
     sgd = torch.optim.SGD(model.parameters(), lr=lr)
     templates = torch.rand(classes, 3, side, side, generator=g) * 2 - 1
     losses = []
     for _ in range(steps):
         labels = torch.randint(0, classes, (n,), generator=g)
         images = templates[labels] + (torch.rand(n, 3, side, side, generator=g) - 0.5)
-        loss = F.cross_entropy(model(images), labels)
+        loss = F.cross_entropy(model(images.to(device)), labels.to(device))
         losses.append(loss.item())
         sgd.zero_grad()
         loss.backward()
         sgd.step()
-        laps.append(time.perf_counter())
+        lap(torch, device, laps)
     return losses
+
+
+def lap(torch, device, laps: list[float]) -> None:
+    """Marks the end of a step, once the device has finished it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    laps.append(time.perf_counter())
 
 
 TORCH_MODELS = {"mlp": torch_mlp, "transformer": torch_transformer, "resnet": torch_resnet}
 
 
-def torch_worker(model: str, threads: int, steps: int) -> None:
+def torch_worker(model: str, device: str, threads: int, steps: int) -> None:
     """Runs one PyTorch model in this (fresh) process and prints JSON."""
     import torch
 
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("PyTorch sees no CUDA device (use --torch-device cpu to compare with "
+                 "PyTorch on the CPU)")
     torch.set_num_threads(threads)
     started = time.perf_counter()
     laps: list[float] = []
-    losses = TORCH_MODELS[model](torch, steps, laps)
+    losses = TORCH_MODELS[model](torch, torch.device(device), steps, laps)
     marks = [started] + laps
     step_seconds = [b - a for a, b in zip(marks, marks[1:])]
     print(json.dumps({"step_seconds": step_seconds, "losses": losses,
                       "torch": torch.__version__}))
 
 
-def run_torch(model: str, threads: int, steps: int) -> dict:
-    command = [sys.executable, __file__, "--worker", model,
+def run_torch(model: str, device: str, threads: int, steps: int) -> dict:
+    command = [sys.executable, __file__, "--worker", model, "--torch-device", device,
                "--threads", str(threads), "--steps", str(steps)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -289,6 +307,10 @@ def run_torch(model: str, threads: int, steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("cpu", "wgpu"), default="cpu",
+                        help="dtr's backend (default: cpu)")
+    parser.add_argument("--torch-device", choices=("cpu", "cuda"),
+                        help="PyTorch's device (default: cuda with --backend wgpu, else cpu)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="threads for both frameworks (default: all cores)")
     parser.add_argument("--steps", type=int, default=10, help="training steps per run")
@@ -303,8 +325,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.torch_device is None:
+        args.torch_device = "cuda" if args.backend == "wgpu" else "cpu"
     if args.worker:
-        torch_worker(args.worker, args.threads, args.steps)
+        torch_worker(args.worker, args.torch_device, args.threads, args.steps)
         return
     if args.quick:
         args.steps, args.repeat = 3, 1
@@ -319,13 +343,16 @@ def main() -> None:
         # Alternating, so that both frameworks meet the host's load alike.
         dtr_runs, torch_runs = [], []
         for _ in range(args.repeat):
-            dtr_runs.append(run_dtr(model, args.threads, args.steps, args.budget_ratio))
-            torch_runs.append(run_torch(model, args.threads, args.steps))
+            dtr_runs.append(run_dtr(model, args.backend, args.threads, args.steps,
+                                    args.budget_ratio))
+            torch_runs.append(run_torch(model, args.torch_device, args.threads, args.steps))
         dtr_step = min(r["unbounded"] for r in dtr_runs)
         budgeted_step = min(r["budgeted"] for r in dtr_runs)
         torch_step = min(r["step"] for r in torch_runs)
         rows.append({
             "model": model,
+            "backend": args.backend,
+            "torch_device": args.torch_device,
             "threads": args.threads,
             "steps": args.steps,
             "dtr_steps_per_s": 1 / dtr_step,
@@ -333,7 +360,7 @@ def main() -> None:
             "dtr_over_torch_step_time": dtr_step / torch_step,
             "dtr_budgeted_steps_per_s": 1 / budgeted_step,
             "budgeted_over_unbounded_step_time": budgeted_step / dtr_step,
-            "losses_bitwise_equal": all(r["losses_match"] for r in dtr_runs),
+            "losses_match": all(r["losses_match"] for r in dtr_runs),
             "dtr_peak_mib": dtr_runs[0]["peak_mib"],
             "rematerializations": dtr_runs[0]["rematerializations"],
             "dtr_first_loss": dtr_runs[0]["losses"][0],
@@ -341,19 +368,22 @@ def main() -> None:
             "torch": torch_runs[0]["torch"],
         })
 
-    print(f"{args.threads} thread(s), {args.steps} steps per run, median step after the first, "
+    print(f"dtr on {args.backend}, PyTorch on {args.torch_device}; "
+          f"{args.threads} thread(s), {args.steps} steps per run, median step after the first, "
           f"best of {args.repeat} runs; dtr budget {args.budget_ratio} x its unbounded peak; "
           f"{os.cpu_count()} cores, load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after")
+    # The examples compare losses bitwise on the CPU, within 1e-4 on a GPU.
+    losses = "losses bitwise" if args.backend == "cpu" else "losses within 1e-4"
     header = ("model", "dtr steps/s", "PyTorch steps/s", "dtr/PyTorch time",
-              f"dtr@{args.budget_ratio} steps/s", "budget/unbounded time", "losses bitwise")
+              f"dtr@{args.budget_ratio} steps/s", "budget/unbounded time", losses)
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for r in rows:
         print(f"| {r['model']} | {r['dtr_steps_per_s']:.1f} | {r['torch_steps_per_s']:.1f} "
               f"| {r['dtr_over_torch_step_time']:.2f}x | {r['dtr_budgeted_steps_per_s']:.1f} "
               f"| {r['budgeted_over_unbounded_step_time']:.2f}x "
-              f"| {'yes' if r['losses_bitwise_equal'] else 'NO'} |")
+              f"| {'yes' if r['losses_match'] else 'NO'} |")
     if args.json:
         print(json.dumps(rows, indent=2))
 
