@@ -646,7 +646,8 @@ mod tests {
     use slotmap::{SecondaryMap, SlotMap};
 
     /// The √N search as the DTR prototype does it, one draw at a time (a
-    /// draw being a run of [`run_length`] positions in large pools).
+    /// draw being the aligned block of [`run_length`] positions in large
+    /// pools).
     fn one_at_a_time(
         rng: &mut SearchRng,
         pool: &CandidatePool,
