@@ -8,13 +8,19 @@
 //! evicted neighbours) are filled, as they are in a long replay: the other
 //! benches' few evictions mostly score candidates never scored before.
 //!
+//! A fourth times the choice alone: one √N search over a fixed pool of
+//! independent candidates, scored by their bound, without the op, the
+//! eviction or the graph around it.
+//!
 //! `cargo bench --bench search` (any divan flag after `--`, such as a name
 //! filter).
 
 use divan::Bencher;
 
-use dtr::policy::Sampling;
+use dtr::graph::{Residency, StorageId, StorageInfo};
+use dtr::policy::{CandidatePool, CandidateSearch, Sampling};
 use dtr::{Config, Interpreter, Op, SimulatorBackend};
+use slotmap::SlotMap;
 
 fn main() {
     divan::main();
@@ -79,4 +85,33 @@ fn sqrt_sampling(bencher: Bencher, candidates: usize) {
 #[divan::bench(args = [0, 20_000, 100_000])]
 fn sqrt_sampling_at_a_million_after(bencher: Bencher, warmup: usize) {
     evictions(bencher, 1_000_000, Sampling::Sqrt, warmup);
+}
+
+/// One √N search over `candidates` fixed candidates of 1 KiB, each scored
+/// by its cost density (what `dtr-eq` scores an isolated storage): the
+/// choice of a victim alone.
+#[divan::bench(args = CANDIDATES)]
+fn sqrt_search_alone(bencher: Bencher, candidates: usize) {
+    let mut keys: SlotMap<StorageId, ()> = SlotMap::with_key();
+    let mut pool = CandidatePool::new();
+    for i in 0..candidates as u64 {
+        let info = StorageInfo {
+            bytes: 1024,
+            tensors: Default::default(),
+            residency: Residency::Resident,
+            last_access: i,
+            cost: 1 + (i * 7919) % 1000,
+            recomputable: true,
+        };
+        pool.insert(keys.insert(()), 1024, &info);
+    }
+    let clock = candidates as u64 + 1;
+    let mut search = CandidateSearch::new(Sampling::Sqrt, 1);
+    bencher.bench_local(|| {
+        search
+            .lowest(&pool, Some(clock), |candidate, _| {
+                Some(candidate.cost_density_bound(clock))
+            })
+            .expect("a victim")
+    });
 }
