@@ -470,7 +470,7 @@ mod tests {
             for line in 0..summaries.len().div_ceil(PER_LINE) {
                 let verdict = summaries.judge(line, HeldThreshold::new(threshold));
                 let bounds = summaries.bounds(line, clock);
-                for lane in 0..PER_LINE {
+                for (lane, &bound) in bounds.iter().enumerate() {
                     let summary = summaries.get(line * PER_LINE + lane);
                     let bit = |mask: u8| mask & (1 << lane) != 0;
                     let member = !summary.is_hole();
@@ -480,7 +480,7 @@ mod tests {
                     assert_eq!(bit(verdict.unsure), member && below.is_none());
                     assert_eq!(bit(verdict.zero_key), member && summary.key_is_zero());
                     if member {
-                        assert_eq!(bounds[lane], summary.cost_density_bound(clock));
+                        assert_eq!(bound, summary.cost_density_bound(clock));
                     }
                 }
             }
