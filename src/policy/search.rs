@@ -391,17 +391,15 @@ impl CandidateSearch {
                         let lane = small.trailing_zeros() as usize;
                         fallback = Some(*entry(line * PER_LINE + lane));
                     }
+                    let bounds = summaries.bounds(line, clock);
                     if run == PER_LINE {
-                        let bounds = summaries.bounds(line, clock);
                         deferred.push_line(bounds, sampled_lanes, line, sampled);
                     } else {
                         let mut lanes = sampled_lanes;
                         for index in (sampled + 1..).take(sampled_count as usize) {
                             let lane = lanes.trailing_zeros() as usize;
                             lanes &= lanes - 1;
-                            let position = line * PER_LINE + lane;
-                            let bound = summaries.get(position).cost_density_bound(clock);
-                            deferred.push(bound, position, index);
+                            deferred.push(bounds[lane], line * PER_LINE + lane, index);
                         }
                     }
                     sampled += sampled_count;
