@@ -34,7 +34,8 @@ impl std::fmt::Display for Sampling {
 }
 
 /// Draws kept ahead of the one being scored, their summaries prefetched,
-/// so that this many cache misses overlap instead of following one another.
+/// so that this many cache misses overlap instead of following one another
+/// (8, 16 and 32 measured alike once a draw reads one line).
 const WINDOW: usize = 8;
 
 /// How many neighbouring pool positions one √N draw takes, for a search
