@@ -26,14 +26,9 @@ pub struct RegionWalker {
 impl RegionWalker {
     /// Summed `c0` of the evicted region around `base` in `direction`.
     pub fn cost(&mut self, graph: &Graph, base: StorageId, direction: Direction) -> u64 {
-        let mut total = 0u64;
-        self.walk(graph, base, direction, |storage, resident| {
-            if !resident {
-                total = total.saturating_add(graph.storages[storage].cost);
-            }
-            true
-        });
-        total
+        match self.cost_unless(graph, base, direction, |_| false) {
+            Ok(total) | Err(total) => total,
+        }
     }
 
     /// [`RegionWalker::cost`], or `Err(cost so far)` as soon as

@@ -375,18 +375,15 @@ impl CandidateSearch {
                 let block_members = verdict.members & block;
                 let small = verdict.small & block_members;
                 let sampled_lanes = block_members & !small;
-                let counts = || (block_members.count_ones(), sampled_lanes.count_ones());
+                let (member_count, sampled_count) =
+                    (block_members.count_ones(), sampled_lanes.count_ones());
                 // The whole block at once, where nothing in it needs its
                 // entry to tell its size, is scored now or ends the sample.
                 let whole = verdict.unsure & block_members == 0
                     && (density_floor.is_some() && verdict.zero_key & sampled_lanes == 0)
-                    && {
-                        let (member_count, sampled_count) = counts();
-                        members + (member_count as usize) < 4 * wanted
-                            && ((sampled + sampled_count) as usize) < wanted
-                    };
+                    && members + (member_count as usize) < 4 * wanted
+                    && ((sampled + sampled_count) as usize) < wanted;
                 if whole {
-                    let (member_count, sampled_count) = counts();
                     members += member_count as usize;
                     if small != 0 && fallback.is_none() {
                         let lane = small.trailing_zeros() as usize;

@@ -58,6 +58,10 @@ const EXACT_HELD_BELOW: u64 = 1 << 15;
 /// is known to lie in spans 2⁻⁹ of its value.
 const HELD_BITS: u32 = 10;
 
+/// The top bit of packed held bytes: set where only their leading bits are
+/// kept (from [`EXACT_HELD_BELOW`] on).
+const ROUNDED_HELD: u16 = 0x8000;
+
 /// `held` in 16 bits: itself below 2¹⁵; above, a set top bit, the shift
 /// `s` (6 bits) and the 9 bits after the leading one of `held >> s`, so
 /// `held` lies in `[(512 + m) · 2^s, (513 + m) · 2^s)`.
@@ -67,7 +71,7 @@ fn pack_held(held: u64) -> u16 {
     }
     let shift = 64 - held.leading_zeros() - HELD_BITS;
     let mantissa = (held >> shift) & ((1 << (HELD_BITS - 1)) - 1);
-    0x8000 | (shift as u16) << (HELD_BITS - 1) | mantissa as u16
+    ROUNDED_HELD | (shift as u16) << (HELD_BITS - 1) | mantissa as u16
 }
 
 impl Summary {
@@ -117,7 +121,7 @@ impl Summary {
             std::cmp::Ordering::Less => Some(true),
             std::cmp::Ordering::Greater => Some(false),
             // Equal and exact: as many bytes as the threshold.
-            std::cmp::Ordering::Equal => (self.held < 0x8000).then_some(false),
+            std::cmp::Ordering::Equal => (self.held & ROUNDED_HELD == 0).then_some(false),
         }
     }
 
@@ -266,7 +270,7 @@ impl Summaries {
             small |= u8::from(held < threshold.0) << lane;
             // As in `Summary::held_below`: equal packed bytes tell only
             // when exact.
-            unsure |= u8::from(held == threshold.0 && held >= 0x8000) << lane;
+            unsure |= u8::from(held == threshold.0 && held & ROUNDED_HELD != 0) << lane;
             zero_key |= u8::from(density == 0) << lane;
         }
         LineVerdict {
@@ -335,7 +339,7 @@ mod tests {
     /// The range `[low, high)` that the held bytes packed as `packed` lie in
     /// (`high = low + 1` when exact).
     fn held_range(packed: u16) -> (u128, u128) {
-        if packed & 0x8000 == 0 {
+        if packed & ROUNDED_HELD == 0 {
             return (u128::from(packed), u128::from(packed) + 1);
         }
         let shift = u32::from(packed >> (HELD_BITS - 1)) & 0x3F;
