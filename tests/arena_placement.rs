@@ -5,7 +5,7 @@
 
 mod common;
 
-use dtr::experiments::{RunSpec, Workload};
+use dtr::experiments::{Policy, RunSpec, Workload};
 use dtr::memory::MemoryModel;
 use dtr::trace::replay::ReplayStatus;
 use dtr::Budget;
@@ -51,6 +51,7 @@ fn first_fit_completes_where_best_fit_thrashes_above_a_completing_budget() {
         RunSpec {
             budget: Budget::Ratio(ratio),
             memory: memory.parse().unwrap(),
+            policy: Policy::from("dtr"),
             ..RunSpec::default()
         }
         .run(&workload)
@@ -82,6 +83,7 @@ fn moving_blocks_completes_where_fragmentation_runs_out_of_memory() {
         RunSpec {
             budget: Budget::Ratio(0.3),
             memory: memory.parse().unwrap(),
+            policy: Policy::from("dtr"),
             ..RunSpec::default()
         }
         .run(&workload)

@@ -8,7 +8,7 @@
 
 mod common;
 
-use dtr::experiments::{RunSpec, Workload};
+use dtr::experiments::{Policy, RunSpec, Workload};
 use dtr::trace::replay::ReplayStatus;
 use dtr::Budget;
 
@@ -25,6 +25,7 @@ fn status(workload: &Workload, ratio: f64, keep: bool) -> ReplayStatus {
     RunSpec {
         budget: Budget::Ratio(ratio),
         keep_needed_history: keep,
+        policy: Policy::from("dtr"),
         ..RunSpec::default()
     }
     .run(workload)

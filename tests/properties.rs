@@ -4,6 +4,8 @@
 
 use dtr::memory::{packing, MemoryModel};
 use dtr::policy::Sampling;
+use dtr::trace::recorder::TraceRecorder;
+use dtr::trace::{native, replay};
 use dtr::{
     BinaryOp, Config, CpuBackend, Error, Interpreter, Op, ReduceOp, RestoreMode, ScalarOp,
     SwapConfig, TensorId, UnaryOp,
@@ -696,5 +698,73 @@ proptest! {
         prop_assert_eq!(after.compute, before.compute);
         prop_assert_eq!(after.moved_bytes, before.moved_bytes);
         prop_assert!(followed.dtr.memory().peak_bytes <= arena);
+    }
+}
+
+/// A `Write` whose bytes can be read after the recorder that owns it is gone.
+#[derive(Clone, Default)]
+struct SharedBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Values read by a replay, as bits: NaNs compare equal to themselves.
+fn read_bits(report: &replay::ReplayReport) -> Vec<Vec<u32>> {
+    (report.reads.iter())
+        .map(|(_, values)| values.iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES / 4))]
+
+    /// `dtr-next` knows the future only in a replay: a random program is
+    /// recorded, then replayed looking ahead under a budget (counting
+    /// bytes, in an arena, where it evicts windows, and in a compacting
+    /// arena). Where the replay completes, it reads the unbounded replay's
+    /// values, bit for bit, within the budget.
+    #[test]
+    fn looking_ahead_replays_match_the_unbounded_run(
+        program in prop::collection::vec(step(), 1..80),
+        budget_fraction in 0.25f64..1.0,
+        memory in prop::sample::select(vec![
+            MemoryModel::Counter,
+            MemoryModel::Arena { alignment: 16 },
+            MemoryModel::CompactingArena { alignment: 16 },
+        ]),
+    ) {
+        let buffer = SharedBuffer::default();
+        let mut recorded = Runner::prepared(Config::default(), |dtr| {
+            dtr.set_observer(Box::new(TraceRecorder::new(buffer.clone()).unwrap()))
+        });
+        recorded.run(&program);
+        recorded.dtr.finish_observer().unwrap();
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let trace = native::parse("recorded", &text).unwrap();
+
+        let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+        let expected = replay::replay(&trace, &mut unbounded, replay::Kernels::Execute).unwrap();
+        prop_assert_eq!(expected.status, replay::ReplayStatus::Ok);
+        let budget = ((expected.peak_bytes as f64 * budget_fraction) as u64).max(1);
+        let config = Config::default()
+            .with_heuristic("dtr-next")
+            .with_memory(memory)
+            .with_budget_bytes(budget);
+        let mut bounded = Interpreter::new(CpuBackend::new(), config).unwrap();
+        let observed = replay::replay(&trace, &mut bounded, replay::Kernels::Execute).unwrap();
+        prop_assert!(bounded.check_invariants().is_ok());
+        prop_assert!(observed.peak_bytes <= budget);
+        match observed.status {
+            replay::ReplayStatus::Ok => prop_assert_eq!(read_bits(&observed), read_bits(&expected)),
+            // Too small a budget is an error that names the op, not a wrong value.
+            status => prop_assert_eq!(status, replay::ReplayStatus::OutOfMemory, "{:?}", observed.message),
+        }
     }
 }

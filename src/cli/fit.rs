@@ -19,8 +19,10 @@ pub struct Args {
     traces: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     format: FormatArg,
-    /// Heuristics, comma-separated (see `dtr heuristics`).
-    #[arg(long, value_delimiter = ',', default_value = dtr::policy::DEFAULT_HEURISTIC)]
+    /// Heuristics, comma-separated (see `dtr heuristics`). By default
+    /// `dtr-next`, h_DTR looking ahead, since a replay knows the program's
+    /// future; `dtr` is what DTR does at run time, with no foresight.
+    #[arg(long, value_delimiter = ',', default_value = dtr::policy::REPLAY_HEURISTIC)]
     heuristics: Vec<String>,
     /// Memory models, comma-separated: `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
     #[arg(long, value_delimiter = ',', default_value = "counter")]

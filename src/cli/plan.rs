@@ -31,7 +31,7 @@ pub struct Args {
     /// The heuristic whose run the plan records (see `dtr heuristics`). By
     /// default `dtr-next`, h_DTR looking ahead: a plan is made from the
     /// recorded program, so it knows when each tensor is read next.
-    #[arg(long, default_value = "dtr-next")]
+    #[arg(long, default_value = dtr::policy::REPLAY_HEURISTIC)]
     heuristic: String,
     /// Alignment of the planned offsets, in bytes (a power of two).
     #[arg(long, default_value_t = 256)]

@@ -27,8 +27,10 @@ pub struct Args {
     #[arg(long, value_parser = parse_bytes, allow_negative_numbers = true)]
     budget: Option<u64>,
     /// An eviction heuristic (see `dtr heuristics`), or `static-sqrt`
-    /// for static √N checkpointing, which takes no budget.
-    #[arg(long, default_value = dtr::policy::DEFAULT_HEURISTIC)]
+    /// for static √N checkpointing, which takes no budget. By default
+    /// `dtr-next`, h_DTR looking ahead, since a replay knows the program's
+    /// future; `dtr` is what DTR does at run time, with no foresight.
+    #[arg(long, default_value = dtr::policy::REPLAY_HEURISTIC)]
     heuristic: String,
     /// `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
     #[arg(long, default_value = "counter")]

@@ -128,10 +128,10 @@ pub struct RunSpec {
 }
 
 impl Default for RunSpec {
-    /// The default heuristic unbounded, in counter memory, with the CLI's thrash limit of 2.
+    /// The replays' default heuristic unbounded, in counter memory, with the CLI's thrash limit of 2.
     fn default() -> RunSpec {
         RunSpec {
-            policy: Policy::Heuristic(crate::policy::DEFAULT_HEURISTIC.into()),
+            policy: Policy::Heuristic(crate::policy::REPLAY_HEURISTIC.into()),
             budget: Budget::Unbounded,
             memory: MemoryModel::Counter,
             sampling: Sampling::All,

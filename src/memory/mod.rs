@@ -161,6 +161,12 @@ impl Memory {
         self.arena.as_ref()
     }
 
+    /// Whether the arena moves blocks to open room (`arena-compact`), so
+    /// that scattered free bytes are not lost.
+    pub fn moves_blocks(&self) -> bool {
+        matches!(self.model, MemoryModel::CompactingArena { .. })
+    }
+
     /// A new budget; an existing arena grows to it, or shrinks as far as its
     /// free tail allows; without a budget it no longer limits anything.
     pub(crate) fn set_budget_bytes(&mut self, budget_bytes: Option<u64>) {

@@ -17,7 +17,7 @@ use super::dtr::Dtr;
 use super::dtr_eq::DtrEq;
 use super::{CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
 use crate::graph::{Graph, StorageId};
-use crate::memory::Piece;
+use crate::memory::{Arena, Piece};
 use smallvec::SmallVec;
 
 /// A heuristic that can price recomputing around a storage.
@@ -70,51 +70,12 @@ impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
             return self.eq.choose(pool, view, request, search);
         };
         self.eq.before_scoring(view.graph);
-        // The window: pieces (size, cost, evictable storage) in address order.
-        let mut window: VecDeque<(u64, f64, Option<StorageId>)> = VecDeque::new();
-        let (mut size, mut cost) = (0u64, 0.0f64);
-        let mut best: Option<(f64, SmallVec<[StorageId; 4]>)> = None;
-        for piece in arena.pieces() {
-            let entry = match piece {
-                Piece::Free { size, .. } => (size, 0.0, None),
-                Piece::Used {
-                    size,
-                    owner: Some(storage),
-                    ..
-                } if pool.contains(storage) => {
-                    (size, self.piece_cost(storage, view.graph), Some(storage))
-                }
-                Piece::Used { .. } => {
-                    window.clear();
-                    (size, cost) = (0, 0.0);
-                    continue;
-                }
-            };
-            window.push_back(entry);
-            size += entry.0;
-            cost += entry.1;
-            // Drop pieces from the left while the rest still covers the request.
-            while let Some(&(first, first_cost, _)) = window.front() {
-                if size - first < request {
-                    break;
-                }
-                window.pop_front();
-                size -= first;
-                cost -= first_cost;
-            }
-            let holds_a_victim = window.iter().any(|(_, _, s)| s.is_some());
-            if size >= request && holds_a_victim && best.as_ref().is_none_or(|(b, _)| cost < *b) {
-                best = Some((cost, window.iter().filter_map(|&(_, _, s)| s).collect()));
-            }
-        }
-        match best {
-            Some((cost, storages)) => Victims {
-                storages,
-                score: Some(cost),
-            },
-            // No window can ever hold the request: free what the scores say.
-            None => self.eq.choose(pool, view, request, search),
-        }
+        let graph = view.graph;
+        cheapest_window(arena, pool, request, |storage| {
+            self.piece_cost(storage, graph)
+        })
+        // No window can ever hold the request: free what the scores say.
+        .unwrap_or_else(|| self.eq.choose(pool, view, request, search))
     }
 
     fn on_evict(&mut self, storage: StorageId, graph: &Graph) {
@@ -132,4 +93,56 @@ impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
     fn on_graph_change(&mut self, storage: StorageId, graph: &Graph) {
         self.eq.on_graph_change(storage, graph);
     }
+}
+
+/// The contiguous window of arena pieces, in address order, that covers
+/// `request` bytes at the least total cost and holds at least one victim:
+/// free pieces cost 0, candidates in `pool` what `price` says, and any
+/// other piece ends every window through it. `None` when no window can
+/// hold the request.
+pub(crate) fn cheapest_window(
+    arena: &Arena,
+    pool: &CandidatePool,
+    request: u64,
+    mut price: impl FnMut(StorageId) -> f64,
+) -> Option<Victims> {
+    // The window: pieces (size, cost, evictable storage) in address order.
+    let mut window: VecDeque<(u64, f64, Option<StorageId>)> = VecDeque::new();
+    let (mut size, mut cost) = (0u64, 0.0f64);
+    let mut best: Option<(f64, SmallVec<[StorageId; 4]>)> = None;
+    for piece in arena.pieces() {
+        let entry = match piece {
+            Piece::Free { size, .. } => (size, 0.0, None),
+            Piece::Used {
+                size,
+                owner: Some(storage),
+                ..
+            } if pool.contains(storage) => (size, price(storage), Some(storage)),
+            Piece::Used { .. } => {
+                window.clear();
+                (size, cost) = (0, 0.0);
+                continue;
+            }
+        };
+        window.push_back(entry);
+        size += entry.0;
+        cost += entry.1;
+        // Drop pieces from the left while the rest still covers the request.
+        while let Some(&(first, first_cost, _)) = window.front() {
+            if size - first < request {
+                break;
+            }
+            window.pop_front();
+            size -= first;
+            cost -= first_cost;
+        }
+        let holds_a_victim = window.iter().any(|(_, _, s)| s.is_some());
+        if size >= request && holds_a_victim && best.as_ref().is_none_or(|(b, _)| cost < *b) {
+            best = Some((cost, window.iter().filter_map(|&(_, _, s)| s).collect()));
+        }
+    }
+    best.map(|(cost, storages)| Victims {
+        storages,
+        score: Some(cost),
+    })
 }

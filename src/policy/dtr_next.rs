@@ -10,9 +10,10 @@
 //! an evicted descendant (recomputing that one needs this storage too).
 //! A storage that neither is read again costs nothing to evict.
 
+use super::coop::cheapest_window;
 use super::dtr::Dtr;
 use super::region::{Direction, RegionWalker};
-use super::{Heuristic, PolicyView};
+use super::{lowest_scoring, CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
 use crate::graph::{Graph, StorageId};
 
 #[derive(Default)]
@@ -22,18 +23,40 @@ pub struct DtrNext {
     walker: RegionWalker,
 }
 
+impl DtrNext {
+    /// The time until the program next reads the storage or an evicted
+    /// descendant (recomputing that one needs this storage too); `None`
+    /// when neither is read again.
+    fn until_next_read(&mut self, storage: StorageId, graph: &Graph) -> Option<u64> {
+        let own = graph.until_next_read(storage);
+        let through = self
+            .walker
+            .soonest_read(graph, storage, Direction::Descendants);
+        own.into_iter().chain(through).min()
+    }
+
+    /// The neighbourhood's cost over the time until the next read: what
+    /// evicting the storage costs per unit of time it may stay away.
+    fn cost_per_time(&mut self, storage: StorageId, graph: &Graph) -> f64 {
+        let Some(until) = self.until_next_read(storage, graph) else {
+            return 0.0;
+        };
+        let cost = self.dtr.neighbourhood_cost(storage, graph) as f64;
+        if until > 0 {
+            cost / until as f64
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
 impl Heuristic for DtrNext {
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let graph = view.graph;
         if !graph.foresight.known {
             return self.dtr.score(storage, view);
         }
-        // Recomputing an evicted descendant needs this storage too.
-        let own = graph.until_next_read(storage);
-        let through = self
-            .walker
-            .soonest_read(graph, storage, Direction::Descendants);
-        let Some(until) = own.into_iter().chain(through).min() else {
+        let Some(until) = self.until_next_read(storage, graph) else {
             return 0.0;
         };
         let cost = self.dtr.neighbourhood_cost(storage, graph) as f64;
@@ -43,6 +66,38 @@ impl Heuristic for DtrNext {
         } else {
             f64::INFINITY
         }
+    }
+
+    /// In an arena whose free bytes would hold the request but no free
+    /// block does, the cheapest contiguous window (Coop's, priced by
+    /// [`DtrNext::cost_per_time`]): evicting one candidate at a time would
+    /// scatter holes. Otherwise, and without foresight, the lowest score.
+    /// An arena that moves blocks gathers scattered bytes itself, better
+    /// than windows do (measured on the authors' logs).
+    fn choose(
+        &mut self,
+        pool: &CandidatePool,
+        view: &PolicyView<'_>,
+        request: u64,
+        search: &mut CandidateSearch,
+    ) -> Victims {
+        let graph = view.graph;
+        let windows = graph.foresight.known && !view.memory.moves_blocks();
+        if let Some(arena) = view.memory.arena().filter(|_| windows) {
+            let free = arena
+                .capacity()
+                .saturating_sub(view.memory.counter().in_use_bytes());
+            if free >= request {
+                self.before_scoring(graph);
+                let window = cheapest_window(arena, pool, request, |storage| {
+                    self.cost_per_time(storage, graph)
+                });
+                if let Some(victims) = window {
+                    return victims;
+                }
+            }
+        }
+        lowest_scoring(self, pool, view, search)
     }
 
     fn looks_ahead(&self) -> bool {

@@ -130,39 +130,7 @@ pub trait Heuristic: Send {
         _request: u64,
         search: &mut CandidateSearch,
     ) -> Victims {
-        self.before_scoring(view.graph);
-        let bounded = self.at_least_cost_density();
-        let ordered = pool.order().is_some() && pool.order() == self.pool_order();
-        let clock = view.graph.clock;
-        let score = |candidate: &Candidate, best: Option<f64>| {
-            if let Some(best) = best {
-                // The pool's bound reads no graph: most candidates stop here.
-                if bounded && candidate.cost_density_bound(clock) > best {
-                    return None;
-                }
-                if self.lower_bound(candidate.storage, view) > best {
-                    return None;
-                }
-            }
-            Some(match best {
-                Some(best) => self.score_within(candidate.storage, view, best),
-                None => self.score(candidate.storage, view),
-            })
-        };
-        let found = if ordered && search.sampling() == Sampling::All {
-            search.lowest_exact(pool, clock, score)
-        } else {
-            // √N draws read the pool's summaries, and its entries only where
-            // the bound could beat the best so far.
-            search.lowest(pool, bounded.then_some(clock), score)
-        };
-        match found {
-            Some((storage, score)) => Victims {
-                storages: smallvec![storage],
-                score: Some(score),
-            },
-            None => Victims::default(),
-        }
+        lowest_scoring(self, pool, view, search)
     }
 
     /// Whether it reads when the program next reads each storage
@@ -185,6 +153,49 @@ pub trait Heuristic: Send {
     /// removals (a freed tensor, a cut history). Evictions and
     /// rematerialisations have their own hooks.
     fn on_graph_change(&mut self, _storage: StorageId, _graph: &Graph) {}
+}
+
+/// The lowest-scoring candidate that `search` finds: what
+/// [`Heuristic::choose`] does unless a policy overrides it.
+pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
+    heuristic: &mut H,
+    pool: &CandidatePool,
+    view: &PolicyView<'_>,
+    search: &mut CandidateSearch,
+) -> Victims {
+    heuristic.before_scoring(view.graph);
+    let bounded = heuristic.at_least_cost_density();
+    let ordered = pool.order().is_some() && pool.order() == heuristic.pool_order();
+    let clock = view.graph.clock;
+    let score = |candidate: &Candidate, best: Option<f64>| {
+        if let Some(best) = best {
+            // The pool's bound reads no graph: most candidates stop here.
+            if bounded && candidate.cost_density_bound(clock) > best {
+                return None;
+            }
+            if heuristic.lower_bound(candidate.storage, view) > best {
+                return None;
+            }
+        }
+        Some(match best {
+            Some(best) => heuristic.score_within(candidate.storage, view, best),
+            None => heuristic.score(candidate.storage, view),
+        })
+    };
+    let found = if ordered && search.sampling() == Sampling::All {
+        search.lowest_exact(pool, clock, score)
+    } else {
+        // √N draws read the pool's summaries, and its entries only where
+        // the bound could beat the best so far.
+        search.lowest(pool, bounded.then_some(clock), score)
+    };
+    match found {
+        Some((storage, score)) => Victims {
+            storages: smallvec![storage],
+            score: Some(score),
+        },
+        None => Victims::default(),
+    }
 }
 
 type MakeHeuristic = fn(seed: u64) -> Box<dyn Heuristic>;
@@ -333,10 +344,19 @@ const REFERENCES: &[PolicyEntry] = &[PolicyEntry::heuristic(
     |_| Box::new(dtr_eq::DtrEq::walking()),
 )];
 
-/// The heuristic used when none is named, everywhere (library, CLI,
-/// Python): h_DTR, the paper's heuristic, exact and cached. `dtr-eq` is
-/// its approximation for very large or long-evicted graphs.
+/// The heuristic used at run time when none is named (library, eager and
+/// PyTorch APIs, `dtr chains` aside): h_DTR, the paper's heuristic, exact
+/// and cached. `dtr-eq` is its approximation for very large or
+/// long-evicted graphs. Replays default to [`REPLAY_HEURISTIC`].
 pub const DEFAULT_HEURISTIC: &str = "dtr";
+
+/// The heuristic a replay of a recorded program uses when none is named
+/// (`dtr replay`, `fit`, `plan`, [`crate::experiments::RunSpec`]):
+/// `dtr-next`, h_DTR looking ahead. A recorded program's future is known,
+/// so a replay may use it; in an arena it also evicts Coop's cheapest
+/// window where fragmentation hides the room. What DTR does at run time,
+/// with no foresight, is [`DEFAULT_HEURISTIC`] (`--heuristic dtr`).
+pub const REPLAY_HEURISTIC: &str = "dtr-next";
 
 /// Names accepted by [`heuristic_by_name`].
 pub fn heuristic_names() -> impl Iterator<Item = &'static str> {
