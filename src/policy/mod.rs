@@ -279,7 +279,7 @@ pub const POLICIES: &[PolicyEntry] = &[
     ),
     PolicyEntry::heuristic(
         "dtr-next",
-        "(own cost + cost of the whole evicted neighbourhood) / (size * time until the program next reads it): h_DTR looking ahead, for replays",
+        "(own cost + cost of the whole evicted neighbourhood) / (size * time until the program next reads it): h_DTR looking ahead, for replays (their default); in an arena, Coop's cheapest window where free bytes are scattered",
         |_| Box::new(dtr_next::DtrNext::default()),
     ),
     PolicyEntry::heuristic(
