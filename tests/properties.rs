@@ -2,6 +2,8 @@
 //! unbounded run, memory never over the budget, nothing left after every
 //! handle is dropped, and out-of-memory recoverable by raising the budget.
 
+mod recording;
+
 use dtr::memory::{packing, MemoryModel};
 use dtr::policy::Sampling;
 use dtr::trace::recorder::TraceRecorder;
@@ -11,6 +13,7 @@ use dtr::{
     SwapConfig, TensorId, UnaryOp,
 };
 use proptest::prelude::*;
+use recording::SharedBuffer;
 
 /// Cases per property test. Both tests take about 4 s per 20,000 cases in
 /// release mode, so CI can afford it; `PROPTEST_CASES` still overrides it
@@ -701,20 +704,6 @@ proptest! {
     }
 }
 
-/// A `Write` whose bytes can be read after the recorder that owns it is gone.
-#[derive(Clone, Default)]
-struct SharedBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for SharedBuffer {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Values read by a replay, as bits: NaNs compare equal to themselves.
 fn read_bits(report: &replay::ReplayReport) -> Vec<Vec<u32>> {
     (report.reads.iter())
@@ -746,7 +735,7 @@ proptest! {
         });
         recorded.run(&program);
         recorded.dtr.finish_observer().unwrap();
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let text = buffer.text();
         let trace = native::parse("recorded", &text).unwrap();
 
         let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();

@@ -1,8 +1,7 @@
 //! Recording and replaying traces: values on the CPU, decisions on the
 //! simulator, and `file:line` errors for bad traces.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod recording;
 
 use dtr::trace::recorder::TraceRecorder;
 use dtr::trace::replay::{baseline, replay, Kernels, ReplayStatus};
@@ -10,20 +9,7 @@ use dtr::trace::{native, simrd};
 use dtr::{
     BinaryOp, Config, CpuBackend, Interpreter, Op, ReduceOp, SimulatorBackend, TensorId, UnaryOp,
 };
-
-/// A `Write` whose bytes can be read after the recorder is gone.
-#[derive(Clone, Default)]
-struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for SharedBuffer {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use recording::SharedBuffer;
 
 /// A two-layer network's forward and backward, under a budget, recorded.
 /// Returns the trace text, the values read and the run's statistics.
@@ -72,7 +58,7 @@ fn record_program(config: Config) -> (String, Vec<Vec<f32>>, dtr::Stats) {
     }
     reads.push(dtr.get_value(mixed).unwrap());
     dtr.finish_observer().unwrap();
-    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let text = buffer.text();
     (text, reads, dtr.stats().clone())
 }
 
@@ -179,7 +165,7 @@ fn module_names_survive_replay_and_recording() {
     sim.set_observer(Box::new(TraceRecorder::new(buffer.clone()).unwrap()));
     replay(&trace, &mut sim, Kernels::Recorded).unwrap();
     sim.finish_observer().unwrap();
-    let written = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let written = buffer.text();
     let lines: Vec<&str> = written.lines().collect();
     assert_eq!(lines[0], r#"{"format":"dtr-trace","version":4}"#);
     assert!(
