@@ -212,15 +212,17 @@ pub struct Config {
     /// off to reproduce their numbers.
     pub lock_relaxation: bool,
     /// Evict only as a last resort a storage whose rematerialisation could
-    /// not fit: one of the ops that recomputing it would run needs more
-    /// recomputable bytes at once (inputs and outputs) than the budget
-    /// leaves beside the most memory constants (puts, detached tensors) have
-    /// held. Such a storage, once evicted, can only come back if the
-    /// constants shrink; typically a tensor held for later whose inputs were
-    /// large and are gone (a tied weight's first gradient, waiting for the
-    /// second). Off by default: the DTR authors' runtime does not do this,
-    /// and replays of their logs must reproduce their numbers. The `dtr`
-    /// Python package turns it on.
+    /// not fit: run depth first as the interpreter runs it, each restored
+    /// input locked until its op has run, it would hold more recomputable
+    /// bytes at once (inputs and outputs) than the budget leaves beside the
+    /// most memory constants (puts, detached tensors) have held. Such a
+    /// storage, once evicted, can only come back if the constants shrink;
+    /// typically a tensor held for later whose history is large and gone (a
+    /// tied weight's first gradient, waiting for the second; a skip
+    /// connection's gradient, waiting for the encoder's backward pass). Off
+    /// by default: the DTR authors' runtime does not do this, and replays of
+    /// their logs must reproduce their numbers. The `dtr` Python package
+    /// and replays under `dtr-next` turn it on.
     pub remat_memory_guard: bool,
     /// Under eager eviction, keep a released storage resident (an ordinary
     /// eviction candidate, scored by the heuristic) while an evicted tensor
@@ -231,7 +233,7 @@ pub struct Config {
     /// the cascades that make a larger budget thrash where a smaller one
     /// completes (issue 15). Off by default: the DTR authors' simulator
     /// evicts every released tensor at once, and replays of their logs
-    /// must reproduce their numbers.
+    /// must reproduce their numbers. Replays under `dtr-next` turn it on.
     pub keep_needed_history: bool,
     /// How evicted storages come back: recomputed (DTR's drop), copied
     /// back from host memory, or whichever is cheaper.

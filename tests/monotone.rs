@@ -24,7 +24,7 @@ fn log(prefix: &str) -> Option<Workload> {
 fn status(workload: &Workload, ratio: f64, keep: bool) -> ReplayStatus {
     RunSpec {
         budget: Budget::Ratio(ratio),
-        keep_needed_history: keep,
+        keep_needed_history: Some(keep),
         policy: Policy::from("dtr"),
         ..RunSpec::default()
     }

@@ -332,3 +332,54 @@ fn a_storage_whose_rematerialisation_cannot_fit_is_evicted_last() {
         assert!(dtr.memory().peak_bytes <= 350, "{heuristic}");
     }
 }
+
+/// A held tensor `s` (10 B) reads `b` and `d` (100 B each), each made from
+/// a 100 B tensor (`a`, `c`) made from a 10 B constant; all four are
+/// released, so recomputing `s` runs `a`, `b` (locked for `s`), then `c`
+/// and `d`: 300 B at once, though no single op needs more than 210. Under
+/// a budget of 300 B, set once they are made, a temporary of 230 B then
+/// needs 10 B. `dtr` prefers
+/// `s` (cost 5 with its evicted history, per 10 B) to `h` (cost 100 per
+/// 60 B). Without the guard, and pending rematerialisations keeping their
+/// locks, `s` cannot come back at the end; with it, the guard adds up the
+/// whole depth-first rematerialisation, holds `s` back and evicts `h`.
+fn nested_rematerialisation(guard: bool) -> (dtr::Result<()>, Sim, TensorId) {
+    let mut dtr = sim(Config::default()
+        .with_lock_relaxation(false)
+        .with_remat_memory_guard(guard));
+    let x = dtr.put_opaque(10).unwrap();
+    let a = tensor(&mut dtr, &[x], 1, 100);
+    let b = tensor(&mut dtr, &[a], 1, 100);
+    dtr.del(a).unwrap();
+    let c = tensor(&mut dtr, &[x], 1, 100);
+    let d = tensor(&mut dtr, &[c], 1, 100);
+    dtr.del(c).unwrap();
+    let s = tensor(&mut dtr, &[b, d], 1, 10);
+    dtr.del(b).unwrap();
+    dtr.del(d).unwrap();
+    let h = tensor(&mut dtr, &[x], 100, 60);
+    dtr.set_budget_bytes(Some(300));
+    let mut run = || -> dtr::Result<()> {
+        let temporary = dtr.apply_op(Op::recorded("op", 1, 230), &[x])?[0];
+        dtr.del(temporary)?;
+        let end = dtr.apply_op(Op::recorded("op", 1, 20), &[s, h])?[0];
+        dtr.del(end)
+    };
+    let result = run();
+    dtr.check_invariants().unwrap();
+    (result, dtr, s)
+}
+
+#[test]
+fn the_guard_adds_up_a_rematerialisation_deeper_than_one_op() {
+    let (result, dtr, s) = nested_rematerialisation(false);
+    assert!(
+        matches!(result, Err(dtr::Error::OutOfMemory { .. })),
+        "without the guard: {result:?}"
+    );
+    assert_eq!(evicted(&dtr)[0], s);
+    let (result, dtr, s) = nested_rematerialisation(true);
+    result.unwrap();
+    assert_eq!(evicted(&dtr).len(), 1);
+    assert_ne!(evicted(&dtr)[0], s);
+}

@@ -371,7 +371,9 @@ proptest! {
             // few hundred) then come in many sizes, and fragment.
             MemoryModel::CompactingArena { alignment: 16 },
         ]),
-        sqrt in any::<bool>(),
+        // √N sampling; the guards against cascades (kept history, the
+        // rematerialisation memory guard).
+        (sqrt, keep, guard) in (any::<bool>(), any::<bool>(), any::<bool>()),
         seed in 0u64..4,
         restore in prop::sample::select(vec![RestoreMode::Drop, RestoreMode::Swap, RestoreMode::Hybrid]),
         // Transfers far dearer than ops, comparable, and nearly free.
@@ -386,7 +388,9 @@ proptest! {
             .with_sampling(sampling)
             .with_seed(seed)
             .with_restore(restore)
-            .with_swap(SwapConfig { bandwidth, host_memory });
+            .with_swap(SwapConfig { bandwidth, host_memory })
+            .with_kept_needed_history(keep)
+            .with_remat_memory_guard(guard);
         let mut unbounded = Runner::new(base.clone());
         let expected = unbounded.run(&program);
         let peak = unbounded.dtr.memory().peak_bytes;
@@ -728,6 +732,7 @@ proptest! {
             MemoryModel::Arena { alignment: 16 },
             MemoryModel::CompactingArena { alignment: 16 },
         ]),
+        guarded in any::<bool>(),
     ) {
         let buffer = SharedBuffer::default();
         let mut recorded = Runner::prepared(Config::default(), |dtr| {
@@ -745,6 +750,8 @@ proptest! {
         let config = Config::default()
             .with_heuristic("dtr-next")
             .with_memory(memory)
+            .with_kept_needed_history(guarded)
+            .with_remat_memory_guard(guarded)
             .with_budget_bytes(budget);
         let mut bounded = Interpreter::new(CpuBackend::new(), config).unwrap();
         let observed = replay::replay(&trace, &mut bounded, replay::Kernels::Execute).unwrap();

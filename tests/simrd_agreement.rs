@@ -154,7 +154,8 @@ fn the_counter_sweep_over_the_authors_logs_is_unchanged() {
         seeds: 1,
         ratios: vec![1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2],
         thrash_limit: 2.0,
-        keep_needed_history: false,
+        keep_needed_history: None,
+        remat_memory_guard: None,
     };
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = spec.run(None, jobs, &|_, _| {}).unwrap();

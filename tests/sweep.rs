@@ -25,7 +25,8 @@ fn spec() -> SweepSpec {
         seeds: 2,
         ratios: vec![1.0, 0.8, 0.6, 0.4],
         thrash_limit: 2.0,
-        keep_needed_history: false,
+        keep_needed_history: None,
+        remat_memory_guard: None,
     }
 }
 

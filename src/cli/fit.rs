@@ -9,6 +9,7 @@ use dtr::policy::Sampling;
 use dtr::RestoreMode;
 use serde_json::json;
 
+use super::guards::GuardArgs;
 use super::restore::{SwapArgs, RESTORE_HELP};
 use super::{human, jobs_or_cores, progress, trace_format, FormatArg};
 
@@ -39,11 +40,8 @@ pub struct Args {
     /// of the unbounded run's.
     #[arg(long, default_value_t = 2.0)]
     thrash_limit: f64,
-    /// Keep a released tensor resident while an evicted tensor still held
-    /// needs it to be recomputed, instead of evicting it at once (see
-    /// `Config::keep_needed_history`; off: the DTR authors' convention).
-    #[arg(long)]
-    keep_needed_history: bool,
+    #[command(flatten)]
+    guards: GuardArgs,
     /// Stop bisecting once the bracket is narrower than this.
     #[arg(long, default_value_t = 0.01)]
     precision: f64,
@@ -70,7 +68,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         swap,
         seed,
         thrash_limit,
-        keep_needed_history,
+        guards,
         precision,
         jobs,
         plans,
@@ -89,7 +87,8 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 restore,
                 swap,
                 move_bandwidth,
-                keep_needed_history,
+                keep_needed_history: guards.keep_needed_history,
+                remat_memory_guard: guards.remat_guard,
                 ..RunSpec::default()
             })
         })

@@ -4,6 +4,7 @@
 pub mod chains;
 pub mod fit;
 pub mod gen;
+pub mod guards;
 pub mod heuristics;
 pub mod info;
 pub mod plan;

@@ -10,6 +10,7 @@ use dtr::policy::Sampling;
 use dtr::{Budget, Interpreter, SimulatorBackend};
 use serde_json::json;
 
+use super::guards::GuardArgs;
 use super::restore::{SwapArgs, RESTORE_HELP};
 use super::{check_output, human, parse_bytes, trace_format, FormatArg};
 use dtr::RestoreMode;
@@ -66,11 +67,8 @@ pub struct Args {
     restore: RestoreMode,
     #[command(flatten)]
     swap: SwapArgs,
-    /// Keep a released tensor resident while an evicted tensor still held
-    /// needs it to be recomputed, instead of evicting it at once (see
-    /// `Config::keep_needed_history`; off: the DTR authors' convention).
-    #[arg(long)]
-    keep_needed_history: bool,
+    #[command(flatten)]
+    guards: GuardArgs,
     /// Follow a plan made by `dtr plan` instead of a heuristic: no policy,
     /// every allocation at its planned offset, checked.
     #[arg(long, conflicts_with_all = ["ratio", "budget", "timeline", "timeline_out"])]
@@ -199,7 +197,8 @@ fn run_spec(args: &Args) -> dtr::Result<RunSpec> {
         restore: args.restore,
         swap: args.swap.config(),
         move_bandwidth: args.swap.move_bandwidth(),
-        keep_needed_history: args.keep_needed_history,
+        keep_needed_history: args.guards.keep_needed_history,
+        remat_memory_guard: args.guards.remat_guard,
     };
     spec.validate()?;
     if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {

@@ -7,6 +7,7 @@ use dtr::experiments::Placement;
 use dtr::policy::Sampling;
 use dtr::RestoreMode;
 
+use super::guards::GuardArgs;
 use super::restore::{SwapArgs, RESTORE_HELP};
 
 use super::{check_output_dir, jobs_or_cores, progress};
@@ -49,11 +50,8 @@ pub struct SweepArgs {
     seeds: u64,
     #[arg(long, default_value_t = 2.0)]
     thrash_limit: f64,
-    /// Keep a released tensor resident while an evicted tensor still held
-    /// needs it to be recomputed, instead of evicting it at once (see
-    /// `Config::keep_needed_history`; off: the DTR authors' convention).
-    #[arg(long)]
-    keep_needed_history: bool,
+    #[command(flatten)]
+    guards: GuardArgs,
     /// Worker threads (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
@@ -81,7 +79,7 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         swap,
         seeds,
         thrash_limit,
-        keep_needed_history,
+        guards,
         jobs,
         shard,
         resume,
@@ -109,7 +107,8 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         seeds,
         ratios,
         thrash_limit,
-        keep_needed_history,
+        keep_needed_history: guards.keep_needed_history,
+        remat_memory_guard: guards.remat_guard,
     };
     let shard = shard
         .as_deref()

@@ -52,8 +52,10 @@ pub struct SweepSpec {
     pub ratios: Vec<f64>,
     /// Runs stop as thrashing past this multiple of the unbounded compute.
     pub thrash_limit: f64,
-    /// See [`crate::Config::keep_needed_history`].
-    pub keep_needed_history: bool,
+    /// See [`RunSpec::keep_needed_history`].
+    pub keep_needed_history: Option<bool>,
+    /// See [`RunSpec::remat_memory_guard`].
+    pub remat_memory_guard: Option<bool>,
 }
 
 /// One run of the grid: indices into the spec's lists.
@@ -340,6 +342,7 @@ impl SweepSpec {
             swap: self.swap,
             move_bandwidth: self.move_bandwidth,
             keep_needed_history: self.keep_needed_history,
+            remat_memory_guard: self.remat_memory_guard,
         }
     }
 

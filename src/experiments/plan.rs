@@ -119,8 +119,9 @@ impl TryFrom<String> for Placement {
 }
 
 /// The plan file's format version: 2 added moves (a version 1 plan is a
-/// version 2 plan without them).
-const PLAN_VERSION: u32 = 2;
+/// version 2 plan without them), 3 whether released history was kept (a
+/// version 2 plan's run did not keep it).
+const PLAN_VERSION: u32 = 3;
 
 /// A schedule and its placement, as `dtr plan` writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +134,11 @@ pub struct Plan {
     pub trace_events: usize,
     /// The heuristic whose run it records.
     pub heuristic: String,
+    /// Whether the run kept released history that an evicted live tensor
+    /// needed ([`crate::Config::keep_needed_history`]): what a release
+    /// evicts at once, which following the plan must repeat.
+    #[serde(default)]
+    pub keep_needed_history: bool,
     /// The budget the plan was asked for (the recorded run may have had
     /// less: see [`Plan::make`]).
     pub budget_bytes: u64,
@@ -403,6 +409,7 @@ impl Plan {
             trace: workload.trace.source.clone(),
             trace_events: workload.trace.events.len(),
             heuristic: spec.policy.name().to_string(),
+            keep_needed_history: spec.keeps_needed_history(),
             budget_bytes: outcome.budget_bytes.unwrap_or(0),
             peak_bytes: report.peak_bytes,
             overhead: outcome.overhead,
@@ -443,6 +450,7 @@ impl Plan {
                 alignment: self.alignment,
             },
             thrash_limit: f64::INFINITY,
+            keep_needed_history: Some(self.keep_needed_history),
             ..RunSpec::default()
         };
         let reservations: Vec<Reservation> =

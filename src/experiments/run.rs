@@ -15,7 +15,7 @@ use crate::config::{Budget, Config, RestoreMode, SwapConfig};
 use crate::error::{Error, Result};
 use crate::interp::Interpreter;
 use crate::memory::{ArenaReport, MemoryModel};
-use crate::policy::{heuristic_by_name, Sampling};
+use crate::policy::{heuristic_by_name, Sampling, GUARDED_BY_DEFAULT};
 use crate::trace::replay::{baseline, replay_observed, Baseline, Kernels, ReplayReport};
 use crate::trace::{self, Trace, TraceFormat};
 use crate::SimulatorBackend;
@@ -46,6 +46,12 @@ impl Policy {
     /// Whether the run is decided by a budget (else by a static plan).
     pub fn takes_budget(&self) -> bool {
         matches!(self, Policy::Heuristic(_))
+    }
+
+    /// Whether its replays guard against rematerialisation cascades
+    /// unless told otherwise (see [`GUARDED_BY_DEFAULT`]).
+    pub fn guarded_by_default(&self) -> bool {
+        GUARDED_BY_DEFAULT.contains(&self.name())
     }
 }
 
@@ -124,7 +130,12 @@ pub struct RunSpec {
     pub move_bandwidth: f64,
     /// See [`Config::keep_needed_history`]: keep released history that an
     /// evicted live tensor needs resident instead of evicting it at once.
-    pub keep_needed_history: bool,
+    /// `None`: on for the heuristics in [`GUARDED_BY_DEFAULT`].
+    pub keep_needed_history: Option<bool>,
+    /// See [`Config::remat_memory_guard`]: evict last what could not be
+    /// rematerialised within the budget. `None`: on for the heuristics in
+    /// [`GUARDED_BY_DEFAULT`].
+    pub remat_memory_guard: Option<bool>,
 }
 
 impl Default for RunSpec {
@@ -140,7 +151,8 @@ impl Default for RunSpec {
             restore: RestoreMode::Drop,
             swap: SwapConfig::default(),
             move_bandwidth: crate::config::MOVE_BANDWIDTH,
-            keep_needed_history: false,
+            keep_needed_history: None,
+            remat_memory_guard: None,
         }
     }
 }
@@ -163,6 +175,16 @@ pub struct Outcome {
 }
 
 impl RunSpec {
+    /// Whether the run keeps released history that an evicted live tensor needs.
+    pub fn keeps_needed_history(&self) -> bool {
+        (self.keep_needed_history).unwrap_or_else(|| self.policy.guarded_by_default())
+    }
+
+    /// Whether the run evicts last what could not be rematerialised within the budget.
+    pub fn guards_remat_memory(&self) -> bool {
+        (self.remat_memory_guard).unwrap_or_else(|| self.policy.guarded_by_default())
+    }
+
     /// Checks every option, so that a bad one is reported before any run.
     pub fn validate(&self) -> Result<()> {
         if let Policy::Heuristic(name) = &self.policy {
@@ -218,7 +240,8 @@ impl RunSpec {
             .with_restore(self.restore)
             .with_swap(self.swap)
             .with_move_bandwidth(self.move_bandwidth)
-            .with_kept_needed_history(self.keep_needed_history)
+            .with_kept_needed_history(self.keeps_needed_history())
+            .with_remat_memory_guard(self.guards_remat_memory())
             .with_events(record_events);
         let (budget_bytes, interpreter, report) = match &self.policy {
             Policy::StaticSqrt => {

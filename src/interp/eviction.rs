@@ -5,11 +5,9 @@ use super::{steps, Interpreter, RunEvent};
 use crate::backend::Backend;
 use crate::config::RestoreMode;
 use crate::error::{Error, Result};
-use std::collections::HashSet;
+use std::collections::HashMap;
 
-use smallvec::SmallVec;
-
-use crate::graph::{NodeId, StorageId};
+use crate::graph::{NodeId, StorageId, TensorId};
 use crate::memory::{Block, Move};
 
 /// What an allocation is for, to name it in an out-of-memory error.
@@ -154,50 +152,82 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
-    /// Whether some op that rematerialising `storage` (were it evicted now)
-    /// would run needs more recomputable bytes at once, inputs and outputs,
-    /// than the budget leaves beside the constants' high-water mark. Walks
-    /// the producers of `storage` and of the evicted tensors they read, as
-    /// a rematerialisation would; a lower bound of what it would need.
+    /// Whether rematerialising `storage` (were it evicted now) would hold
+    /// more recomputable bytes at once than the budget leaves beside the
+    /// constants' high-water mark: see [`Interpreter::remat_footprint`].
     fn remat_could_not_fit(&self, storage: StorageId) -> bool {
         let Some(budget) = self.table.counter().budget_bytes() else {
             return false;
         };
         let room = budget.saturating_sub(self.table.constant_peak_bytes());
+        self.remat_footprint(storage) > room
+    }
+
+    /// The most recomputable bytes that rematerialising `storage` (were it
+    /// evicted now) holds at once, inputs and outputs, when it runs as
+    /// [`materialize`](Interpreter::materialize) does: depth first, each
+    /// op's inputs in order, every restored input locked until its op has
+    /// run. So an op's footprint is the largest, over its missing inputs,
+    /// of the bytes its earlier inputs hold plus that input's own
+    /// footprint, and at least all its inputs and outputs together.
+    /// Nothing else is evicted meanwhile, so it is a lower bound of what
+    /// the rematerialisation needs (shared evicted ancestors count once
+    /// per reader: an upper bound there). Walks the evicted region above
+    /// `storage` once, on an explicit stack.
+    pub(super) fn remat_footprint(&self, storage: StorageId) -> u64 {
         let graph = &self.graph;
-        let mut seen: HashSet<NodeId> = HashSet::new();
-        let mut stack: Vec<NodeId> = Vec::new();
-        for &tensor in &graph.storages[storage].tensors {
-            if let Some(node) = graph.tensors[tensor].producer {
-                if seen.insert(node) {
-                    stack.push(node);
-                }
+        let mut footprint: HashMap<NodeId, u64> = HashMap::new();
+        // The op to rerun for an input that would be missing, if any.
+        let producer_of_missing = |input: TensorId| {
+            let tensor = &graph.tensors[input];
+            let missing = !tensor.defined || tensor.storage == storage;
+            if missing {
+                tensor.producer
+            } else {
+                None
             }
-        }
-        let mut inputs: SmallVec<[StorageId; 8]> = SmallVec::new();
-        while let Some(node) = stack.pop() {
-            let info = &graph.nodes[node];
-            let mut needed = info.signature().output_bytes();
-            inputs.clear();
-            for &input in info.inputs() {
-                let tensor = &graph.tensors[input];
-                let input_storage = &graph.storages[tensor.storage];
-                if input_storage.recomputable && !inputs.contains(&tensor.storage) {
-                    inputs.push(tensor.storage);
-                    needed = needed.saturating_add(input_storage.bytes);
+        };
+        // A pending op: its next input, the bytes its restored inputs
+        // hold, and the footprint so far.
+        let mut stack: Vec<(NodeId, usize, u64, u64)> = Vec::new();
+        let mut most = 0;
+        for &tensor in &graph.storages[storage].tensors {
+            let Some(root) = graph.tensors[tensor].producer else {
+                continue;
+            };
+            stack.push((root, 0, 0, 0));
+            while let Some(&mut (node, ref mut next, ref mut held, ref mut peak)) = stack.last_mut()
+            {
+                let info = &graph.nodes[node];
+                let inputs = info.inputs();
+                if *next == inputs.len() {
+                    let total = (*peak).max(held.saturating_add(info.signature().output_bytes()));
+                    footprint.insert(node, total);
+                    stack.pop();
+                    continue;
                 }
-                let missing = !tensor.defined || tensor.storage == storage;
-                if let (true, Some(producer)) = (missing, tensor.producer) {
-                    if seen.insert(producer) {
-                        stack.push(producer);
+                let input = inputs[*next];
+                if let Some(producer) = producer_of_missing(input) {
+                    match footprint.get(&producer) {
+                        Some(&restore) => *peak = (*peak).max(held.saturating_add(restore)),
+                        None => {
+                            stack.push((producer, 0, 0, 0));
+                            continue;
+                        }
                     }
                 }
+                let input_storage = graph.tensors[input].storage;
+                let counted = inputs[..*next]
+                    .iter()
+                    .any(|&earlier| graph.tensors[earlier].storage == input_storage);
+                if graph.storages[input_storage].recomputable && !counted {
+                    *held = held.saturating_add(graph.storages[input_storage].bytes);
+                }
+                *next += 1;
             }
-            if needed > room {
-                return true;
-            }
+            most = most.max(footprint[&root]);
         }
-        false
+        most
     }
 
     /// Frees a resident, evictable storage; its tensors become undefined

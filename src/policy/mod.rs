@@ -358,6 +358,15 @@ pub const DEFAULT_HEURISTIC: &str = "dtr";
 /// with no foresight, is [`DEFAULT_HEURISTIC`] (`--heuristic dtr`).
 pub const REPLAY_HEURISTIC: &str = "dtr-next";
 
+/// Heuristics whose replays guard against rematerialisation cascades
+/// unless told otherwise: they keep released history that an evicted live
+/// tensor needs ([`crate::Config::keep_needed_history`]) and evict last
+/// what could not be rematerialised within the budget
+/// ([`crate::Config::remat_memory_guard`]). `dtr-next` was designed and
+/// measured with both; the others replay the DTR authors' runtime, whose
+/// numbers they reproduce, and take either when asked.
+pub const GUARDED_BY_DEFAULT: &[&str] = &[REPLAY_HEURISTIC];
+
 /// Names accepted by [`heuristic_by_name`].
 pub fn heuristic_names() -> impl Iterator<Item = &'static str> {
     POLICIES.iter().filter(|p| p.is_heuristic()).map(|p| p.name)
