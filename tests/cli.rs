@@ -895,3 +895,46 @@ fn output_into_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.signal(), Some(13), "{stderr}");
 }
+
+#[test]
+fn the_guards_are_switches_that_take_an_optional_value() {
+    let replay = |extra: &[&str]| {
+        let args = [
+            &[
+                "replay",
+                "traces/mlp-small.jsonl",
+                "--ratio",
+                "0.6",
+                "--json",
+            ],
+            extra,
+        ]
+        .concat();
+        dtr(&args)
+    };
+    for flags in [
+        &[][..],
+        &["--keep-needed-history", "--remat-guard"],
+        &["--keep-needed-history=false", "--remat-guard=true"],
+        &["--heuristic", "dtr", "--remat-guard"],
+    ] {
+        let (ok, stdout, stderr) = replay(flags);
+        assert!(ok, "{flags:?}: {stderr}");
+        let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(report["status"], "ok", "{flags:?}");
+    }
+    let (ok, _, stderr) = replay(&["--remat-guard=maybe"]);
+    assert!(!ok);
+    assert!(stderr.contains("--remat-guard"), "{stderr}");
+    // A value must be joined with `=`: the next word is the trace, not a value.
+    let (ok, stdout, stderr) = dtr(&[
+        "replay",
+        "--keep-needed-history",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.6",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("\"status\":\"ok\""), "{stdout}");
+}

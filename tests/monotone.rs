@@ -9,6 +9,7 @@
 mod common;
 
 use dtr::experiments::{Policy, RunSpec, Workload};
+use dtr::memory::MemoryModel;
 use dtr::trace::replay::ReplayStatus;
 use dtr::Budget;
 
@@ -62,5 +63,47 @@ fn lstm_completes_at_every_ratio_from_its_first() {
     assert_eq!(status(&lstm, 0.22, false), ReplayStatus::Thrash);
     for ratio in ratios_from(17) {
         assert_eq!(status(&lstm, ratio, true), ReplayStatus::Ok, "{ratio}");
+    }
+}
+
+/// The replays' default, `dtr-next`, guards against cascades: it keeps
+/// needed history and holds back a storage whose depth-first
+/// rematerialisation could not fit. On U-Net that storage is a skip
+/// connection's gradient: unguarded it runs out of memory at 0.30 and
+/// 0.33 (completing at 0.32); guarded, U-Net completes at every ratio from
+/// 0.27, counting bytes and in the compacting arena.
+#[test]
+fn unet_completes_at_every_ratio_from_its_first_under_the_replays_default() {
+    let Some(unet) = log("unet") else {
+        return;
+    };
+    let run = |ratio: f64, memory: MemoryModel, guarded: Option<bool>| {
+        RunSpec {
+            budget: Budget::Ratio(ratio),
+            memory,
+            keep_needed_history: guarded,
+            remat_memory_guard: guarded,
+            ..RunSpec::default()
+        }
+        .run(&unet)
+        .unwrap()
+        .report
+        .status
+    };
+    let unguarded = |ratio| run(ratio, MemoryModel::Counter, Some(false));
+    assert_eq!(unguarded(0.30), ReplayStatus::OutOfMemory);
+    assert_eq!(unguarded(0.32), ReplayStatus::Ok);
+    assert_eq!(unguarded(0.33), ReplayStatus::OutOfMemory);
+    for memory in [
+        MemoryModel::Counter,
+        MemoryModel::CompactingArena { alignment: 256 },
+    ] {
+        for ratio in ratios_from(27) {
+            assert_eq!(
+                run(ratio, memory, None),
+                ReplayStatus::Ok,
+                "{memory} {ratio}"
+            );
+        }
     }
 }

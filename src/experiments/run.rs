@@ -177,12 +177,14 @@ pub struct Outcome {
 impl RunSpec {
     /// Whether the run keeps released history that an evicted live tensor needs.
     pub fn keeps_needed_history(&self) -> bool {
-        (self.keep_needed_history).unwrap_or_else(|| self.policy.guarded_by_default())
+        self.keep_needed_history
+            .unwrap_or_else(|| self.policy.guarded_by_default())
     }
 
     /// Whether the run evicts last what could not be rematerialised within the budget.
     pub fn guards_remat_memory(&self) -> bool {
-        (self.remat_memory_guard).unwrap_or_else(|| self.policy.guarded_by_default())
+        self.remat_memory_guard
+            .unwrap_or_else(|| self.policy.guarded_by_default())
     }
 
     /// Checks every option, so that a bad one is reported before any run.

@@ -174,7 +174,7 @@ impl<B: Backend> Interpreter<B> {
     /// the rematerialisation needs (shared evicted ancestors count once
     /// per reader: an upper bound there). Walks the evicted region above
     /// `storage` once, on an explicit stack.
-    pub(super) fn remat_footprint(&self, storage: StorageId) -> u64 {
+    fn remat_footprint(&self, storage: StorageId) -> u64 {
         let graph = &self.graph;
         let mut footprint: HashMap<NodeId, u64> = HashMap::new();
         // The op to rerun for an input that would be missing, if any.
