@@ -235,6 +235,14 @@ pub struct Config {
     /// evicts every released tensor at once, and replays of their logs
     /// must reproduce their numbers. Replays under `dtr-next` turn it on.
     pub keep_needed_history: bool,
+    /// A replay pins a run of consecutive pins (a log's outputs, pinned at
+    /// its end) resident tensors first, then the evicted ones, each
+    /// rematerialised as it is pinned. In log order, rematerialising an
+    /// evicted output could evict outputs still to be pinned, which must
+    /// then come back through their whole history: at the end of a
+    /// backward pass, a cascade. Pins commute, so the values are the
+    /// same. Off by default: the DTR authors' simulator pins in log order.
+    pub pin_resident_first: bool,
     /// How evicted storages come back: recomputed (DTR's drop), copied
     /// back from host memory, or whichever is cheaper.
     pub restore: RestoreMode,
@@ -267,6 +275,7 @@ impl Default for Config {
             lock_relaxation: true,
             remat_memory_guard: false,
             keep_needed_history: false,
+            pin_resident_first: false,
             restore: RestoreMode::Drop,
             swap: SwapConfig::default(),
             move_bandwidth: MOVE_BANDWIDTH,
@@ -367,6 +376,12 @@ impl Config {
     /// See [`Config::keep_needed_history`].
     pub fn with_kept_needed_history(mut self, keep: bool) -> Config {
         self.keep_needed_history = keep;
+        self
+    }
+
+    /// See [`Config::pin_resident_first`].
+    pub fn with_resident_pinned_first(mut self, first: bool) -> Config {
+        self.pin_resident_first = first;
         self
     }
 

@@ -917,15 +917,19 @@ fn the_guards_are_switches_that_take_an_optional_value() {
         &["--keep-needed-history", "--remat-guard"],
         &["--keep-needed-history=false", "--remat-guard=true"],
         &["--heuristic", "dtr", "--remat-guard"],
+        &["--pin-resident-first", "--remat-guard=false"],
+        &["--pin-resident-first=false"],
     ] {
         let (ok, stdout, stderr) = replay(flags);
         assert!(ok, "{flags:?}: {stderr}");
         let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
         assert_eq!(report["status"], "ok", "{flags:?}");
     }
-    let (ok, _, stderr) = replay(&["--remat-guard=maybe"]);
-    assert!(!ok);
-    assert!(stderr.contains("--remat-guard"), "{stderr}");
+    for flag in ["--remat-guard", "--pin-resident-first"] {
+        let (ok, _, stderr) = replay(&[&format!("{flag}=maybe")]);
+        assert!(!ok);
+        assert!(stderr.contains(flag), "{stderr}");
+    }
     // A value must be joined with `=`: the next word is the trace, not a value.
     let (ok, stdout, stderr) = dtr(&[
         "replay",

@@ -721,8 +721,9 @@ proptest! {
     /// `dtr-next` knows the future only in a replay: a random program is
     /// recorded, then replayed looking ahead under a budget (counting
     /// bytes, in an arena, where it evicts windows, and in a compacting
-    /// arena). Where the replay completes, it reads the unbounded replay's
-    /// values, bit for bit, within the budget.
+    /// arena), the live tensors pinned at the end (resident ones first, or
+    /// in order). Where the replay completes, it reads the unbounded
+    /// replay's values, bit for bit, within the budget.
     #[test]
     fn looking_ahead_replays_match_the_unbounded_run(
         program in prop::collection::vec(step(), 1..80),
@@ -733,12 +734,21 @@ proptest! {
             MemoryModel::CompactingArena { alignment: 16 },
         ]),
         guarded in any::<bool>(),
+        pinned_first in any::<bool>(),
     ) {
         let buffer = SharedBuffer::default();
         let mut recorded = Runner::prepared(Config::default(), |dtr| {
             dtr.set_observer(Box::new(TraceRecorder::new(buffer.clone()).unwrap()))
         });
         recorded.run(&program);
+        // The live tensors are the program's outputs: pinned at its end, as
+        // a log's are, then read.
+        for &tensor in &recorded.live {
+            recorded.dtr.pin(tensor).unwrap();
+        }
+        for &tensor in &recorded.live {
+            recorded.dtr.get_value(tensor).unwrap();
+        }
         recorded.dtr.finish_observer().unwrap();
         let text = buffer.text();
         let trace = native::parse("recorded", &text).unwrap();
@@ -752,6 +762,7 @@ proptest! {
             .with_memory(memory)
             .with_kept_needed_history(guarded)
             .with_remat_memory_guard(guarded)
+            .with_resident_pinned_first(pinned_first)
             .with_budget_bytes(budget);
         let mut bounded = Interpreter::new(CpuBackend::new(), config).unwrap();
         let observed = replay::replay(&trace, &mut bounded, replay::Kernels::Execute).unwrap();

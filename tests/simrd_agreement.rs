@@ -156,6 +156,7 @@ fn the_counter_sweep_over_the_authors_logs_is_unchanged() {
         thrash_limit: 2.0,
         keep_needed_history: None,
         remat_memory_guard: None,
+        pin_resident_first: None,
     };
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = spec.run(None, jobs, &|_, _| {}).unwrap();

@@ -27,6 +27,7 @@ fn spec() -> SweepSpec {
         thrash_limit: 2.0,
         keep_needed_history: None,
         remat_memory_guard: None,
+        pin_resident_first: None,
     }
 }
 

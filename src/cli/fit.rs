@@ -89,6 +89,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 move_bandwidth,
                 keep_needed_history: guards.keep_needed_history,
                 remat_memory_guard: guards.remat_guard,
+                pin_resident_first: guards.pin_resident_first,
                 ..RunSpec::default()
             })
         })

@@ -199,6 +199,7 @@ fn run_spec(args: &Args) -> dtr::Result<RunSpec> {
         move_bandwidth: args.swap.move_bandwidth(),
         keep_needed_history: args.guards.keep_needed_history,
         remat_memory_guard: args.guards.remat_guard,
+        pin_resident_first: args.guards.pin_resident_first,
     };
     spec.validate()?;
     if spec.policy.takes_budget() && spec.budget == Budget::Unbounded {

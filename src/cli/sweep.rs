@@ -109,6 +109,7 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
         thrash_limit,
         keep_needed_history: guards.keep_needed_history,
         remat_memory_guard: guards.remat_guard,
+        pin_resident_first: guards.pin_resident_first,
     };
     let shard = shard
         .as_deref()

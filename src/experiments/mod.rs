@@ -56,6 +56,8 @@ pub struct SweepSpec {
     pub keep_needed_history: Option<bool>,
     /// See [`RunSpec::remat_memory_guard`].
     pub remat_memory_guard: Option<bool>,
+    /// See [`RunSpec::pin_resident_first`].
+    pub pin_resident_first: Option<bool>,
 }
 
 /// One run of the grid: indices into the spec's lists.
@@ -343,6 +345,7 @@ impl SweepSpec {
             move_bandwidth: self.move_bandwidth,
             keep_needed_history: self.keep_needed_history,
             remat_memory_guard: self.remat_memory_guard,
+            pin_resident_first: self.pin_resident_first,
         }
     }
 

@@ -136,6 +136,9 @@ pub struct RunSpec {
     /// rematerialised within the budget. `None`: on for the heuristics in
     /// [`GUARDED_BY_DEFAULT`].
     pub remat_memory_guard: Option<bool>,
+    /// See [`Config::pin_resident_first`]: pin a run of pins resident
+    /// tensors first. `None`: off (the DTR authors' order).
+    pub pin_resident_first: Option<bool>,
 }
 
 impl Default for RunSpec {
@@ -153,6 +156,7 @@ impl Default for RunSpec {
             move_bandwidth: crate::config::MOVE_BANDWIDTH,
             keep_needed_history: None,
             remat_memory_guard: None,
+            pin_resident_first: None,
         }
     }
 }
@@ -185,6 +189,11 @@ impl RunSpec {
     pub fn guards_remat_memory(&self) -> bool {
         self.remat_memory_guard
             .unwrap_or_else(|| self.policy.guarded_by_default())
+    }
+
+    /// Whether a run of pins pins resident tensors first.
+    pub fn pins_resident_first(&self) -> bool {
+        self.pin_resident_first.unwrap_or(false)
     }
 
     /// Checks every option, so that a bad one is reported before any run.
@@ -244,6 +253,7 @@ impl RunSpec {
             .with_move_bandwidth(self.move_bandwidth)
             .with_kept_needed_history(self.keeps_needed_history())
             .with_remat_memory_guard(self.guards_remat_memory())
+            .with_resident_pinned_first(self.pins_resident_first())
             .with_events(record_events);
         let (budget_bytes, interpreter, report) = match &self.policy {
             Policy::StaticSqrt => {

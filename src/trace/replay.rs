@@ -97,20 +97,33 @@ pub fn replay_observed<B: Backend>(
     let mut outcome = (ReplayStatus::Ok, None);
     let mut shared = SharedOutputs::default();
     let mut foresight = dtr.looks_ahead().then(|| Foresight::of(trace));
+    // Pin events already carried out ahead of their turn.
+    let mut pinned_early: Vec<bool> = Vec::new();
     for (index, event) in trace.events.iter().enumerate() {
         if let Some(foresight) = &mut foresight {
             dtr.set_program_time(foresight.time[index]);
         }
-        let stepped = step(
-            trace,
-            index,
-            event,
-            dtr,
-            kernels,
-            &mut tensors,
-            &mut reads,
-            &mut shared,
-        )
+        let early = pinned_early.get(index).copied().unwrap_or(false);
+        let stepped = if early {
+            Ok(())
+        } else if dtr.config().pin_resident_first && starts_a_run_of_pins(trace, index) {
+            pin_resident_first(trace, index, dtr, &tensors, &mut pinned_early)
+        } else {
+            Ok(())
+        }
+        .and_then(|()| match early {
+            true => Ok(()),
+            false => step(
+                trace,
+                index,
+                event,
+                dtr,
+                kernels,
+                &mut tensors,
+                &mut reads,
+                &mut shared,
+            ),
+        })
         .and_then(|()| {
             if let Some(foresight) = &mut foresight {
                 foresight.after(index, event, dtr, &tensors);
@@ -145,6 +158,37 @@ pub fn replay_observed<B: Backend>(
         reads,
         wall_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Whether event `index` is a pin that the event before is not.
+fn starts_a_run_of_pins(trace: &Trace, index: usize) -> bool {
+    let is_pin = |i: usize| matches!(trace.events.get(i), Some(TraceEvent::Pin { .. }));
+    is_pin(index) && (index == 0 || !is_pin(index - 1))
+}
+
+/// [`Config::pin_resident_first`](crate::Config::pin_resident_first): of
+/// the run of pins that starts at `index`, pins now those whose tensor is
+/// resident, marking them in `pinned_early` (the others are pinned in turn,
+/// rematerialised as they are).
+fn pin_resident_first<B: Backend>(
+    trace: &Trace,
+    index: usize,
+    dtr: &mut Interpreter<B>,
+    tensors: &[Option<TensorId>],
+    pinned_early: &mut Vec<bool>,
+) -> Result<()> {
+    pinned_early.resize(trace.events.len(), false);
+    let mut at = index;
+    while let Some(TraceEvent::Pin { tensor }) = trace.events.get(at) {
+        // The trace was validated, so every tensor it names exists by now.
+        let tensor = tensors[*tensor as usize].expect("validated trace");
+        if dtr.is_resident(tensor)? {
+            dtr.pin(tensor)?;
+            pinned_early[at] = true;
+        }
+        at += 1;
+    }
+    Ok(())
 }
 
 /// When the trace reads each tensor, for heuristics that look ahead: the
