@@ -489,3 +489,30 @@ fn pinning_resident_outputs_first_spares_them_a_rematerialisation() {
     assert_eq!(resident_first.rematerializations, 2);
     assert!(resident_first.remat_compute < in_log_order.remat_compute);
 }
+
+/// A pin carried out ahead of its turn is not carried out again in its
+/// turn: one `unpin` then frees the storage for eviction.
+#[test]
+fn a_tensor_pinned_ahead_is_pinned_once() {
+    const TRACE: &str = r#"{"format":"dtr-trace","version":1}
+{"event":"apply","op":"make_a","inputs":[],"outputs":[{"id":0,"bytes":100}],"cost":10}
+{"event":"pin","id":0}
+{"event":"unpin","id":0}
+{"event":"apply","op":"make_b","inputs":[],"outputs":[{"id":1,"bytes":100}],"cost":10}
+"#;
+    let trace = native::parse("pin-unpin", TRACE).unwrap();
+    for first in [false, true] {
+        let config = Config::default()
+            .with_budget_bytes(150)
+            .with_resident_pinned_first(first);
+        let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+        let report = replay(&trace, &mut dtr, Kernels::Recorded).unwrap();
+        assert_eq!(
+            report.status,
+            ReplayStatus::Ok,
+            "{first}: {:?}",
+            report.message
+        );
+        assert_eq!(report.stats.evictions, 1, "{first}");
+    }
+}

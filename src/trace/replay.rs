@@ -103,33 +103,26 @@ pub fn replay_observed<B: Backend>(
         if let Some(foresight) = &mut foresight {
             dtr.set_program_time(foresight.time[index]);
         }
-        let early = pinned_early.get(index).copied().unwrap_or(false);
-        let stepped = if early {
-            Ok(())
-        } else if dtr.config().pin_resident_first && starts_a_run_of_pins(trace, index) {
-            pin_resident_first(trace, index, dtr, &tensors, &mut pinned_early)
-        } else {
-            Ok(())
-        }
-        .and_then(|()| match early {
-            true => Ok(()),
-            false => step(
-                trace,
-                index,
-                event,
-                dtr,
-                kernels,
-                &mut tensors,
-                &mut reads,
-                &mut shared,
-            ),
-        })
-        .and_then(|()| {
-            if let Some(foresight) = &mut foresight {
-                foresight.after(index, event, dtr, &tensors);
-            }
-            after_event(index, dtr, &tensors)
-        });
+        let stepped = pin_resident_first(trace, index, dtr, &tensors, &mut pinned_early)
+            .and_then(|()| match pinned_early.get(index) {
+                Some(true) => Ok(()),
+                _ => step(
+                    trace,
+                    index,
+                    event,
+                    dtr,
+                    kernels,
+                    &mut tensors,
+                    &mut reads,
+                    &mut shared,
+                ),
+            })
+            .and_then(|()| {
+                if let Some(foresight) = &mut foresight {
+                    foresight.after(index, event, dtr, &tensors);
+                }
+                after_event(index, dtr, &tensors)
+            });
         match stepped {
             Ok(()) => {}
             Err(error @ Error::OutOfMemory { .. }) => {
@@ -160,16 +153,10 @@ pub fn replay_observed<B: Backend>(
     })
 }
 
-/// Whether event `index` is a pin that the event before is not.
-fn starts_a_run_of_pins(trace: &Trace, index: usize) -> bool {
-    let is_pin = |i: usize| matches!(trace.events.get(i), Some(TraceEvent::Pin { .. }));
-    is_pin(index) && (index == 0 || !is_pin(index - 1))
-}
-
-/// [`Config::pin_resident_first`](crate::Config::pin_resident_first): of
-/// the run of pins that starts at `index`, pins now those whose tensor is
-/// resident, marking them in `pinned_early` (the others are pinned in turn,
-/// rematerialised as they are).
+/// [`Config::pin_resident_first`](crate::Config::pin_resident_first):
+/// where a run of pins starts at `index`, pins now those of its tensors
+/// that are resident, marking them in `pinned_early` (their events are then
+/// passed over; the others are pinned in turn, rematerialised as they are).
 fn pin_resident_first<B: Backend>(
     trace: &Trace,
     index: usize,
@@ -177,6 +164,11 @@ fn pin_resident_first<B: Backend>(
     tensors: &[Option<TensorId>],
     pinned_early: &mut Vec<bool>,
 ) -> Result<()> {
+    let is_pin = |i: usize| matches!(trace.events.get(i), Some(TraceEvent::Pin { .. }));
+    let starts_a_run = is_pin(index) && (index == 0 || !is_pin(index - 1));
+    if !(dtr.config().pin_resident_first && starts_a_run) {
+        return Ok(());
+    }
     pinned_early.resize(trace.events.len(), false);
     let mut at = index;
     while let Some(TraceEvent::Pin { tensor }) = trace.events.get(at) {
