@@ -6,6 +6,8 @@
 //! Python objects (torch storages) and whose `execute` asks the Python side
 //! to re-run a recorded ATen call.
 
+use std::sync::{Mutex, PoisonError};
+
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -147,17 +149,31 @@ fn tensor_id(handle: u64) -> TensorId {
 }
 
 /// The DTR interpreter over a Python host. One per `dtr.torch.budget` session.
-#[pyclass(unsendable, module = "dtr._native")]
+///
+/// Called from more than one thread: on CUDA, PyTorch runs the backward pass
+/// on its own per-device thread, and the session's dispatch mode follows it
+/// there. PyO3's borrow flag already serialises the `&mut self` methods (a
+/// re-entrant or concurrent call raises instead of racing); the `Mutex` is
+/// what makes the interpreter `Sync` for PyO3, and is never contended, since
+/// every method reaches it through `&mut self` (`Mutex::get_mut`, no lock).
+#[pyclass(module = "dtr._native")]
 struct Engine {
-    interp: Interpreter<TorchBackend>,
+    interp: Mutex<Interpreter<TorchBackend>>,
 }
 
 impl Engine {
+    fn interp(&mut self) -> &mut Interpreter<TorchBackend> {
+        // Never locked, so never poisoned; a poisoned one holds a usable value anyway.
+        self.interp
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A Python exception for an interpreter error: the host's own exception
     /// when a re-run failed, `OutOfMemoryError` with its figures, else
     /// `ValueError` for bad arguments and `RuntimeError` for the rest.
     fn error(&mut self, error: Error) -> PyErr {
-        if let Some(failure) = self.interp.backend_mut().failure.take() {
+        if let Some(failure) = self.interp().backend_mut().failure.take() {
             return failure;
         }
         match &error {
@@ -218,13 +234,15 @@ impl Engine {
             }
             other => PyRuntimeError::new_err(other.to_string()),
         })?;
-        Ok(Engine { interp })
+        Ok(Engine {
+            interp: Mutex::new(interp),
+        })
     }
 
     /// Tracks a storage made outside dtr (a parameter, an input) as a
     /// constant of `nbytes`; returns its handle.
     fn adopt(&mut self, nbytes: u64, buffer: Py<PyAny>) -> PyResult<u64> {
-        let result = self.interp.adopt(nbytes, buffer);
+        let result = self.interp().adopt(nbytes, buffer);
         self.check(result).map(handle)
     }
 
@@ -266,60 +284,60 @@ impl Engine {
             module: module.map(Into::into),
         });
         let inputs: SmallVec<[TensorId; 4]> = inputs.into_iter().map(tensor_id).collect();
-        self.interp.backend_mut().ran = Some((call, outputs));
-        let result = self.interp.apply_op(op, &inputs);
+        self.interp().backend_mut().ran = Some((call, outputs));
+        let result = self.interp().apply_op(op, &inputs);
         // Unused when the op failed before running.
-        self.interp.backend_mut().ran = None;
+        self.interp().backend_mut().ran = None;
         let outputs = self.check(result)?;
         Ok(outputs.into_iter().map(handle).collect())
     }
 
     /// Drops the user's handle: the storage is freed, or kept as history.
     fn release(&mut self, tensor: u64) -> PyResult<()> {
-        let result = self.interp.del(tensor_id(tensor));
+        let result = self.interp().del(tensor_id(tensor));
         self.check(result)
     }
 
     /// Rematerialises `tensor` if evicted and keeps it resident until `unpin`.
     fn pin(&mut self, tensor: u64) -> PyResult<()> {
-        let result = self.interp.pin(tensor_id(tensor));
+        let result = self.interp().pin(tensor_id(tensor));
         self.check(result)
     }
 
     fn unpin(&mut self, tensor: u64) -> PyResult<()> {
-        let result = self.interp.unpin(tensor_id(tensor));
+        let result = self.interp().unpin(tensor_id(tensor));
         self.check(result)
     }
 
     /// Rematerialises `tensor` if it was evicted.
     fn ensure_resident(&mut self, tensor: u64) -> PyResult<()> {
-        let result = self.interp.ensure_resident(tensor_id(tensor));
+        let result = self.interp().ensure_resident(tensor_id(tensor));
         self.check(result)
     }
 
     /// Evicts `tensor` now if it can be (recomputable, resident, not pinned
     /// or in use); returns whether it was.
     fn evict(&mut self, tensor: u64) -> PyResult<bool> {
-        let result = self.interp.evict_now(tensor_id(tensor));
+        let result = self.interp().evict_now(tensor_id(tensor));
         self.check(result)
     }
 
-    fn is_resident(&self, tensor: u64) -> PyResult<bool> {
-        self.interp
+    fn is_resident(&mut self, tensor: u64) -> PyResult<bool> {
+        self.interp()
             .is_resident(tensor_id(tensor))
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// Makes `tensor` a constant: materialised, never evicted, history cut.
     fn detach(&mut self, tensor: u64) -> PyResult<()> {
-        let result = self.interp.detach(tensor_id(tensor));
+        let result = self.interp().detach(tensor_id(tensor));
         self.check(result)
     }
 
     /// Before `tensor` changes in place: materialises and detaches every
     /// live tensor whose recomputation would read its old value; returns them.
     fn preserve_dependents(&mut self, tensor: u64) -> PyResult<Vec<u64>> {
-        let result = self.interp.preserve_dependents(tensor_id(tensor));
+        let result = self.interp().preserve_dependents(tensor_id(tensor));
         self.check(result)
             .map(|detached| detached.into_iter().map(handle).collect())
     }
@@ -335,13 +353,13 @@ impl Engine {
         })?;
         let recorder = TraceRecorder::new(std::io::BufWriter::new(file))
             .map_err(|error| PyOSError::new_err(format!("{}: {error}", path.display())))?;
-        self.interp.set_observer(Box::new(recorder));
+        self.interp().set_observer(Box::new(recorder));
         Ok(())
     }
 
     /// Stops recording: flushes the trace and reports any write error.
     fn finish_record(&mut self) -> PyResult<()> {
-        self.interp
+        self.interp()
             .finish_observer()
             .map_err(|error| PyOSError::new_err(format!("writing the trace failed: {error}")))
     }
@@ -349,24 +367,25 @@ impl Engine {
     /// Ends a training step: the next steps evict by this step's plan
     /// while they repeat it (see `Interpreter::mark_step`).
     fn mark_step(&mut self) -> PyResult<()> {
-        let result = self.interp.mark_step();
+        let result = self.interp().mark_step();
         self.check(result)
     }
 
     /// Changes the budget (`None`: unbounded).
     fn set_budget(&mut self, budget_bytes: Option<u64>) {
-        self.interp.set_budget_bytes(budget_bytes);
+        self.interp().set_budget_bytes(budget_bytes);
     }
 
     /// Calls whose records the host may drop: the interpreter freed their nodes.
     fn take_forgotten(&mut self) -> Vec<u64> {
-        std::mem::take(&mut self.interp.backend_mut().forgotten)
+        std::mem::take(&mut self.interp().backend_mut().forgotten)
     }
 
     /// The interpreter's counters and memory figures.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stats = self.interp.stats();
-        let memory = self.interp.memory();
+    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let interp = self.interp();
+        let stats = interp.stats();
+        let memory = interp.memory();
         let dict = PyDict::new(py);
         dict.set_item("peak_bytes", memory.peak_bytes)?;
         dict.set_item("in_use_bytes", memory.in_use_bytes)?;
@@ -382,14 +401,14 @@ impl Engine {
         dict.set_item("engine_ops", stats.ops)?;
         dict.set_item("compute_ns", stats.compute)?;
         dict.set_item("remat_compute_ns", stats.remat_compute)?;
-        dict.set_item("tracked_tensors", self.interp.tracked_tensors())?;
-        dict.set_item("heuristic", self.interp.heuristic_name())?;
+        dict.set_item("tracked_tensors", interp.tracked_tensors())?;
+        dict.set_item("heuristic", interp.heuristic_name())?;
         Ok(dict)
     }
 
     /// Checks the interpreter's invariants; raises `RuntimeError` naming the broken one.
-    fn check_invariants(&self) -> PyResult<()> {
-        self.interp
+    fn check_invariants(&mut self) -> PyResult<()> {
+        self.interp()
             .check_invariants()
             .map_err(PyRuntimeError::new_err)
     }

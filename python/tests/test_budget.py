@@ -1,6 +1,7 @@
 """dtr.torch.budget on real PyTorch: training under a budget equals stock PyTorch, bit for bit."""
 
 import copy
+import threading
 
 import pytest
 
@@ -11,11 +12,13 @@ import dtr.torch as dtr_torch  # noqa: E402
 MiB = 2**20
 
 
-def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_steps=False):
+def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_steps=False,
+          session=None):
     """Trains a copy of `model` one step per batch (ending each with
-    `mark_step` when `mark_steps`); returns the losses, the gradients of
-    every step, the final parameters, the session (or None) and the next
-    numbers of the global generator."""
+    `mark_step` when `mark_steps`), under `session` if given, else under a
+    budget of `limit`; returns the losses, the gradients of every step, the
+    final parameters, the session (or None) and the next numbers of the
+    global generator."""
     model = copy.deepcopy(model)
     optimizer = make_optimizer(model.parameters())
     losses, grads = [], []
@@ -37,12 +40,11 @@ def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_s
                 session.mark_step()
 
     torch.manual_seed(seed)
-    session = None
-    if limit == "stock":
+    if session is None and limit == "stock":
         assert not mark_steps
         steps()
     else:
-        with dtr_torch.budget(limit) as session:
+        with session or dtr_torch.budget(limit) as session:
             steps()
             session.check()
     after = torch.rand(4)  # where the global generator was left
@@ -142,6 +144,53 @@ def test_training_under_a_budget_is_bitwise_equal(name):
         stats = run[3].stats()
         assert stats["peak_bytes"] <= budget, (ratio, stats)
         assert stats["evictions"] > 0 and stats["rematerializations"] > 0, stats
+
+
+def test_a_session_runs_on_a_thread_other_than_its_makers():
+    """On CUDA, PyTorch runs the backward pass on its own device thread and
+    the session's dispatch mode follows it there, so the engine is called
+    from a thread that did not make it. Here the whole run is on another
+    thread: made on this one, trained on a worker, under half the peak."""
+    model, make_optimizer, batches, loss = MODELS["mlp"]()
+    stock = train(model, make_optimizer, batches, loss)
+    peak = train(model, make_optimizer, batches, loss, limit=None)[3].stats()["peak_bytes"]
+    budget = int(peak * 0.5)
+    session = dtr_torch.budget(budget)
+    outcome = {}
+
+    def worker():
+        try:
+            outcome["run"] = train(model, make_optimizer, batches, loss, session=session)
+        except BaseException as error:  # a Rust panic arrives as a BaseException
+            outcome["error"] = error
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert_bitwise(stock, outcome["run"])
+    stats = session.stats()
+    assert stats["peak_bytes"] <= budget and stats["rematerializations"] > 0, stats
+
+
+@pytest.mark.parametrize("name", ["mlp", "convnet"])
+def test_without_storage_data_swaps_rematerialisation_copies(name, monkeypatch):
+    """PyTorch releases without `UntypedStorage._swap_data_ptr_` (2.11 has
+    none) get a rematerialised storage's data by a copy: still bitwise equal."""
+    from dtr.torch import _session
+
+    def missing(*_):
+        raise AttributeError("'torch.storage.UntypedStorage' object has no attribute "
+                             "'_swap_data_ptr_'")
+
+    monkeypatch.setattr(torch.UntypedStorage, "_swap_data_ptr_", missing)
+    monkeypatch.setattr(_session, "_SWAPS_DATA_PTR", False)
+    model, make_optimizer, batches, loss = MODELS[name]()
+    stock = train(model, make_optimizer, batches, loss)
+    peak = train(model, make_optimizer, batches, loss, limit=None)[3].stats()["peak_bytes"]
+    run = train(model, make_optimizer, batches, loss, limit=int(peak * 0.4))
+    assert_bitwise(stock, run)
+    assert run[3].stats()["rematerializations"] > 0
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer"])

@@ -38,7 +38,11 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _disable_current_modes,
+    _get_current_dispatch_mode_stack,
+)
 
 from .. import OutOfMemory, _native
 from ._ops import _INFO, op_info
@@ -194,6 +198,11 @@ class _Mode(TorchDispatchMode):
             session._busy -= 1
 
 
+# A rematerialised storage takes the fresh one's memory without a copy where
+# PyTorch can swap two storages' data (newer releases; 2.11 cannot); else its
+# data is copied in, and both copies exist for a moment.
+_SWAPS_DATA_PTR = hasattr(torch.UntypedStorage, "_swap_data_ptr_")
+
 # The storage of a tensor, by the method itself: `Tensor.untyped_storage`
 # is wrapped while a budget is open (below), and the session's own lookups
 # are no host reads.
@@ -304,7 +313,6 @@ class Session:
         self._mode = _Mode(self)
         # Only a budget evicts: unbounded sessions need no guard on host reads.
         self._guards_host_reads = budget_bytes is not None
-        self._thread = threading.get_ident()
         self._busy = 0  # inside an op: host reads are the op's own
         # Writing a trace: where, what exists from its start, and which
         # module each op runs in.
@@ -323,7 +331,6 @@ class Session:
                 self._track(tensor)
             if ModuleTracker is not None:
                 self._modules = ModuleTracker().__enter__()
-        self._thread = threading.get_ident()
         if self._guards_host_reads:
             _HostReads.enter(self)
         self._mode.__enter__()
@@ -514,9 +521,13 @@ class Session:
         A read pins the storage until `_host_read_done`: the read itself may
         run ops (`copy.deepcopy` allocates its copy), which must not evict
         what it reads. Returns the slot so pinned. Tensors this session does
-        not manage, and reads from other threads (the session's dispatch
-        mode is this thread's alone), are left be."""
-        if self._engine is None or self._busy or threading.get_ident() != self._thread:
+        not manage, and reads from threads that do not run the session's
+        dispatch mode, are left be. Those that do are the thread that entered
+        it and the threads PyTorch hands its modes to: on CUDA, autograd's
+        device thread runs the backward pass."""
+        if self._engine is None or self._busy:
+            return None
+        if self._mode not in _get_current_dispatch_mode_stack():
             return None
         if tensor.layout is not _STRIDED or tensor.device != self.device:
             return None
@@ -620,7 +631,7 @@ class Session:
             if target is None:
                 outputs.append(fresh)
                 continue
-            if target.nbytes() == 0 and fresh.nbytes() == slot.nbytes:
+            if _SWAPS_DATA_PTR and target.nbytes() == 0 and fresh.nbytes() == slot.nbytes:
                 target._swap_data_ptr_(fresh)
             else:
                 target.resize_(fresh.nbytes())

@@ -24,6 +24,9 @@ recomputation time of the measured steps, and whether every loss and
 gradient is bitwise equal to stock's. Gradients are compared by a hash of
 their bytes, so that no copy of them shows in the memory measured.
 Last, on a small MLP in the parent process, the time budget(None) adds per ATen op.
+On CUDA every row, stock included, runs with deterministic algorithms
+(``torch.use_deterministic_algorithms(True)``, ``CUBLAS_WORKSPACE_CONFIG``,
+cuDNN's deterministic kernels): else stock PyTorch does not reproduce itself.
 
     python -m dtr.torch.bench                          # all three models, CPU
     python -m dtr.torch.bench --models lstm --steps 5 --json lstm.json
@@ -258,7 +261,15 @@ def run_case(case: dict) -> dict:
     device = torch.device(case["device"])
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     if device.type == "cuda":
-        torch.backends.cudnn.deterministic = True  # else stock does not even match itself
+        # Else stock does not even match itself: cuDNN's autotuned kernels,
+        # cuBLAS's split reductions and attention's atomic backward (GPT-2's
+        # loss differed from the second step). Strict mode, since with
+        # `warn_only` the fused attention kernels only warn and stay
+        # nondeterministic; cuBLAS reads its setting when it first starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)  # the same initial weights in every row
     work = WORKLOADS[case["model"]](case["quick"], case["checkpointed"])
     model = work.model.to(device)
