@@ -242,6 +242,7 @@ pub struct Config {
     /// then come back through their whole history: at the end of a
     /// backward pass, a cascade. Pins commute, so the values are the
     /// same. Off by default: the DTR authors' simulator pins in log order.
+    /// Replays under `dtr-next` turn it on.
     pub pin_resident_first: bool,
     /// How evicted storages come back: recomputed (DTR's drop), copied
     /// back from host memory, or whichever is cheaper.

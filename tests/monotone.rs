@@ -121,11 +121,12 @@ fn pinning_resident_outputs_first_ends_thrashing_in_the_final_pins() {
     let (Some(inception), Some(densenet)) = (log("inceptionv4"), log("tv_densenet121")) else {
         return;
     };
-    let run = |workload: &Workload, ratio: f64, first: bool| {
+    // `None`: the replays' default, which for `dtr-next` pins resident outputs first.
+    let run = |workload: &Workload, ratio: f64, first: Option<bool>| {
         RunSpec {
             budget: Budget::Ratio(ratio),
             memory: MemoryModel::arena(),
-            pin_resident_first: Some(first),
+            pin_resident_first: first,
             ..RunSpec::default()
         }
         .run(workload)
@@ -139,7 +140,27 @@ fn pinning_resident_outputs_first_ends_thrashing_in_the_final_pins() {
         (&inception, 0.51),
         (&densenet, 0.24),
     ] {
-        assert_eq!(run(workload, ratio, false), ReplayStatus::Thrash, "{ratio}");
-        assert_eq!(run(workload, ratio, true), ReplayStatus::Ok, "{ratio}");
+        assert_eq!(
+            run(workload, ratio, Some(false)),
+            ReplayStatus::Thrash,
+            "{ratio}"
+        );
+        assert_eq!(run(workload, ratio, None), ReplayStatus::Ok, "{ratio}");
     }
+}
+
+#[test]
+fn only_the_replays_default_pins_resident_outputs_first_unless_told() {
+    let next = RunSpec::default();
+    assert!(next.pins_resident_first());
+    let authors = RunSpec {
+        policy: Policy::Heuristic("dtr".into()),
+        ..RunSpec::default()
+    };
+    assert!(!authors.pins_resident_first());
+    let asked = RunSpec {
+        pin_resident_first: Some(true),
+        ..authors
+    };
+    assert!(asked.pins_resident_first());
 }

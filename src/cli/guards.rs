@@ -2,9 +2,9 @@
 //! dtr's guards against rematerialisation cascades, beyond the DTR
 //! authors' runtime. Shared by the commands that replay.
 
-/// The first two are on by default for the heuristics in
+/// Each is on by default for the heuristics in
 /// `dtr::policy::GUARDED_BY_DEFAULT` (the replays' default, `dtr-next`) and
-/// off for the others; the third is off by default.
+/// off for the others.
 /// `--FLAG` or `--FLAG=true` turns one on, `--FLAG=false` off.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct GuardArgs {
@@ -22,8 +22,8 @@ pub struct GuardArgs {
     pub remat_guard: Option<bool>,
     /// Pin a run of pins (a log's outputs, at its end) resident tensors
     /// first, so that rematerialising the evicted ones cannot evict them
-    /// (see `Config::pin_resident_first`). Default: off for every
-    /// heuristic (the DTR authors' order).
+    /// (see `Config::pin_resident_first`). Default: on for `dtr-next`, off
+    /// for the others (the DTR authors' order).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub pin_resident_first: Option<bool>,
 }

@@ -137,7 +137,7 @@ pub struct RunSpec {
     /// [`GUARDED_BY_DEFAULT`].
     pub remat_memory_guard: Option<bool>,
     /// See [`Config::pin_resident_first`]: pin a run of pins resident
-    /// tensors first. `None`: off (the DTR authors' order).
+    /// tensors first. `None`: on for the heuristics in [`GUARDED_BY_DEFAULT`].
     pub pin_resident_first: Option<bool>,
 }
 
@@ -193,7 +193,8 @@ impl RunSpec {
 
     /// Whether a run of pins pins resident tensors first.
     pub fn pins_resident_first(&self) -> bool {
-        self.pin_resident_first.unwrap_or(false)
+        self.pin_resident_first
+            .unwrap_or_else(|| self.policy.guarded_by_default())
     }
 
     /// Checks every option, so that a bad one is reported before any run.

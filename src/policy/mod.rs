@@ -360,10 +360,11 @@ pub const REPLAY_HEURISTIC: &str = "dtr-next";
 
 /// Heuristics whose replays guard against rematerialisation cascades
 /// unless told otherwise: they keep released history that an evicted live
-/// tensor needs ([`crate::Config::keep_needed_history`]) and evict last
+/// tensor needs ([`crate::Config::keep_needed_history`]), evict last
 /// what could not be rematerialised within the budget
-/// ([`crate::Config::remat_memory_guard`]). `dtr-next` was designed and
-/// measured with both; the others replay the DTR authors' runtime, whose
+/// ([`crate::Config::remat_memory_guard`]), and pin a run of pins resident
+/// tensors first ([`crate::Config::pin_resident_first`]). `dtr-next` was
+/// designed and measured with all three; the others replay the DTR authors' runtime, whose
 /// numbers they reproduce, and take either when asked.
 pub const GUARDED_BY_DEFAULT: &[&str] = &[REPLAY_HEURISTIC];
 
