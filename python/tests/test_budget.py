@@ -183,7 +183,7 @@ def test_without_storage_data_swaps_rematerialisation_copies(name, monkeypatch):
         raise AttributeError("'torch.storage.UntypedStorage' object has no attribute "
                              "'_swap_data_ptr_'")
 
-    monkeypatch.setattr(torch.UntypedStorage, "_swap_data_ptr_", missing)
+    monkeypatch.setattr(torch.UntypedStorage, "_swap_data_ptr_", missing, raising=False)
     monkeypatch.setattr(_session, "_SWAPS_DATA_PTR", False)
     model, make_optimizer, batches, loss = MODELS[name]()
     stock = train(model, make_optimizer, batches, loss)
