@@ -116,36 +116,34 @@ fn unet_completes_at_every_ratio_from_its_first_under_the_replays_default() {
 /// others already resident, each of which needs the network's history
 /// again. Pinning the resident outputs first (`--pin-resident-first`)
 /// completes those three, and DenseNet-121 at 0.24.
+/// Plain-arena cells that thrashed above a ratio that completes, under
+/// the replays' default, before two changes: InceptionV4 and DenseNet-121
+/// in the pins at the end of the log (before `pin_resident_first`), and
+/// these and TreeLSTM at 0.13 in windows whose cost had become NaN (an
+/// infinite price slid out of the window: `∞ − ∞`), so the first window
+/// seen stuck however much it cost, and evicted storages needed at once.
 #[test]
-fn pinning_resident_outputs_first_ends_thrashing_in_the_final_pins() {
-    let (Some(inception), Some(densenet)) = (log("inceptionv4"), log("tv_densenet121")) else {
+fn plain_arena_cells_that_thrashed_complete_under_the_replays_default() {
+    let logs = (log("inceptionv4"), log("tv_densenet121"), log("treelstm"));
+    let (Some(inception), Some(densenet), Some(treelstm)) = logs else {
         return;
-    };
-    // `None`: the replays' default, which for `dtr-next` pins resident outputs first.
-    let run = |workload: &Workload, ratio: f64, first: Option<bool>| {
-        RunSpec {
-            budget: Budget::Ratio(ratio),
-            memory: MemoryModel::arena(),
-            pin_resident_first: first,
-            ..RunSpec::default()
-        }
-        .run(workload)
-        .unwrap()
-        .report
-        .status
     };
     for (workload, ratio) in [
         (&inception, 0.41),
+        (&inception, 0.42),
         (&inception, 0.43),
         (&inception, 0.51),
         (&densenet, 0.24),
+        (&treelstm, 0.13),
     ] {
-        assert_eq!(
-            run(workload, ratio, Some(false)),
-            ReplayStatus::Thrash,
-            "{ratio}"
-        );
-        assert_eq!(run(workload, ratio, None), ReplayStatus::Ok, "{ratio}");
+        let outcome = RunSpec {
+            budget: Budget::Ratio(ratio),
+            memory: MemoryModel::arena(),
+            ..RunSpec::default()
+        }
+        .run(workload)
+        .unwrap();
+        assert_eq!(outcome.report.status, ReplayStatus::Ok, "{ratio}");
     }
 }
 

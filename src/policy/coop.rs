@@ -106,43 +106,142 @@ pub(crate) fn cheapest_window(
     request: u64,
     mut price: impl FnMut(StorageId) -> f64,
 ) -> Option<Victims> {
-    // The window: pieces (size, cost, evictable storage) in address order.
-    let mut window: VecDeque<(u64, f64, Option<StorageId>)> = VecDeque::new();
-    let (mut size, mut cost) = (0u64, 0.0f64);
-    let mut best: Option<(f64, SmallVec<[StorageId; 4]>)> = None;
-    for piece in arena.pieces() {
-        let entry = match piece {
-            Piece::Free { size, .. } => (size, 0.0, None),
-            Piece::Used {
-                size,
-                owner: Some(storage),
-                ..
-            } if pool.contains(storage) => (size, price(storage), Some(storage)),
-            Piece::Used { .. } => {
-                window.clear();
-                (size, cost) = (0, 0.0);
-                continue;
-            }
-        };
-        window.push_back(entry);
-        size += entry.0;
-        cost += entry.1;
-        // Drop pieces from the left while the rest still covers the request.
-        while let Some(&(first, first_cost, _)) = window.front() {
-            if size - first < request {
-                break;
-            }
-            window.pop_front();
-            size -= first;
-            cost -= first_cost;
-        }
-        let holds_a_victim = window.iter().any(|(_, _, s)| s.is_some());
-        if size >= request && holds_a_victim && best.as_ref().is_none_or(|(b, _)| cost < *b) {
-            best = Some((cost, window.iter().filter_map(|&(_, _, s)| s).collect()));
-        }
-    }
-    best.map(|(cost, storages)| Victims {
+    let pieces = arena.pieces().map(|piece| match piece {
+        Piece::Free { size, .. } => Some(WindowPiece::free(size)),
+        Piece::Used {
+            size,
+            owner: Some(storage),
+            ..
+        } if pool.contains(storage) => Some(WindowPiece {
+            size,
+            cost: price(storage),
+            victim: Some(storage),
+        }),
+        Piece::Used { .. } => None,
+    });
+    cheapest_run(pieces, request).map(|(cost, storages)| Victims {
         storages,
         score: Some(cost),
     })
+}
+
+/// One arena piece as a window sees it: its bytes, what evicting it costs
+/// (0 when free), and its storage when it is a victim.
+#[derive(Debug, Clone, Copy)]
+struct WindowPiece<T> {
+    size: u64,
+    cost: f64,
+    victim: Option<T>,
+}
+
+impl<T> WindowPiece<T> {
+    fn free(size: u64) -> Self {
+        WindowPiece {
+            size,
+            cost: 0.0,
+            victim: None,
+        }
+    }
+}
+
+/// The cheapest run of consecutive pieces (`None`: a piece no window may
+/// cross) that covers `request` and holds a victim: its cost and victims.
+/// Costs are non-negative, so the best run ending at a piece is the
+/// shortest that covers the request, and two pointers find it in one pass.
+/// Infinite costs (a storage needed now) are counted apart rather than
+/// summed: `∞ − ∞` would make every later window's cost NaN, and NaN
+/// compares as no better than anything, so the first window seen after one
+/// would stick, however much it cost.
+fn cheapest_run<T: Copy>(
+    pieces: impl Iterator<Item = Option<WindowPiece<T>>>,
+    request: u64,
+) -> Option<(f64, SmallVec<[T; 4]>)> {
+    let mut window: VecDeque<WindowPiece<T>> = VecDeque::new();
+    let (mut size, mut finite, mut infinite) = (0u64, 0.0f64, 0usize);
+    let mut best: Option<(f64, SmallVec<[T; 4]>)> = None;
+    for piece in pieces {
+        let Some(piece) = piece else {
+            window.clear();
+            (size, finite, infinite) = (0, 0.0, 0);
+            continue;
+        };
+        window.push_back(piece);
+        size += piece.size;
+        if piece.cost.is_finite() {
+            finite += piece.cost;
+        } else {
+            infinite += 1;
+        }
+        // Drop pieces from the left while the rest still covers the request.
+        while let Some(&first) = window.front() {
+            if size - first.size < request {
+                break;
+            }
+            window.pop_front();
+            size -= first.size;
+            if first.cost.is_finite() {
+                finite -= first.cost;
+            } else {
+                infinite -= 1;
+            }
+        }
+        let cost = if infinite > 0 { f64::INFINITY } else { finite };
+        let holds_a_victim = window.iter().any(|piece| piece.victim.is_some());
+        if size >= request && holds_a_victim && best.as_ref().is_none_or(|(b, _)| cost < *b) {
+            best = Some((
+                cost,
+                window.iter().filter_map(|piece| piece.victim).collect(),
+            ));
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cheapest_run, WindowPiece};
+
+    fn victim(id: u32, size: u64, cost: f64) -> Option<WindowPiece<u32>> {
+        Some(WindowPiece {
+            size,
+            cost,
+            victim: Some(id),
+        })
+    }
+
+    #[test]
+    fn a_window_needed_now_is_passed_over_for_a_cheaper_one_after_it() {
+        // The first window holds a storage needed now (cost ∞); once it
+        // slides past it, the windows are finite again, and the cheapest wins.
+        let pieces = vec![
+            victim(1, 10, f64::INFINITY),
+            victim(2, 10, 5.0),
+            victim(3, 10, 4.0),
+            victim(4, 10, 1.0),
+        ];
+        let (cost, victims) = cheapest_run(pieces.into_iter(), 10).unwrap();
+        assert_eq!((cost, victims.as_slice()), (1.0, &[4][..]));
+    }
+
+    #[test]
+    fn only_windows_needed_now_cost_infinity_and_a_barrier_ends_a_window() {
+        let pieces = vec![
+            victim(1, 10, f64::INFINITY),
+            Some(WindowPiece::free(5)),
+            None,
+            victim(2, 10, f64::INFINITY),
+        ];
+        let (cost, victims) = cheapest_run(pieces.into_iter(), 15).unwrap();
+        assert!(cost.is_infinite());
+        assert_eq!(victims.as_slice(), &[1]);
+        let blocked = vec![victim(1, 10, 1.0), None, victim(2, 10, 1.0)];
+        assert!(cheapest_run(blocked.into_iter(), 15).is_none());
+    }
+
+    #[test]
+    fn free_pieces_alone_are_no_window() {
+        let pieces = vec![Some(WindowPiece::<u32>::free(20)), victim(1, 10, 3.0)];
+        let (cost, victims) = cheapest_run(pieces.into_iter(), 15).unwrap();
+        assert_eq!((cost, victims.as_slice()), (3.0, &[1][..]));
+    }
 }
