@@ -108,20 +108,15 @@ fn unet_completes_at_every_ratio_from_its_first_under_the_replays_default() {
     }
 }
 
-/// At the end of a log every tensor still held is an output and is pinned,
-/// rematerialised if evicted. In the plain arena under the replays'
-/// default, InceptionV4 completes at 0.40 and 0.44 but thrashes at 0.41,
-/// 0.43 and 0.51 in that last phase (nearly all its recomputation at
-/// 0.42): rematerialising one evicted output (a weight's gradient) evicts
-/// others already resident, each of which needs the network's history
-/// again. Pinning the resident outputs first (`--pin-resident-first`)
-/// completes those three, and DenseNet-121 at 0.24.
 /// Plain-arena cells that thrashed above a ratio that completes, under
-/// the replays' default, before two changes: InceptionV4 and DenseNet-121
-/// in the pins at the end of the log (before `pin_resident_first`), and
-/// these and TreeLSTM at 0.13 in windows whose cost had become NaN (an
-/// infinite price slid out of the window: `∞ − ∞`), so the first window
-/// seen stuck however much it cost, and evicted storages needed at once.
+/// the replays' default, before two changes. InceptionV4 (0.41, 0.43,
+/// 0.51) and DenseNet-121 (0.24) thrashed in the pins at the end of the
+/// log, where rematerialising one evicted output (a weight's gradient)
+/// evicted others already resident: `pin_resident_first` pins those
+/// first. These and TreeLSTM at 0.13 also thrashed in windows whose cost
+/// had become NaN (an infinite price slid out of the window: `∞ − ∞`), so
+/// the first window seen stuck however much it cost and evicted storages
+/// needed at once.
 #[test]
 fn plain_arena_cells_that_thrashed_complete_under_the_replays_default() {
     let logs = (log("inceptionv4"), log("tv_densenet121"), log("treelstm"));
