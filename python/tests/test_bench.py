@@ -22,3 +22,4 @@ def test_quick_benchmark_runs_every_model_and_row():
         assert f"### {name}:" in result.stdout, result.stdout
     assert "bitwise" in result.stdout
     assert "added cost per ATen op under budget(None)" in result.stdout
+    assert "a dispatch mode that only runs each op adds" in result.stdout

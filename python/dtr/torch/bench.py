@@ -23,7 +23,9 @@ process's threads: steadier than the wall clock on a shared machine), the evicti
 recomputation time of the measured steps, and whether every loss and
 gradient is bitwise equal to stock's. Gradients are compared by a hash of
 their bytes, so that no copy of them shows in the memory measured.
-Last, on a small MLP in the parent process, the time budget(None) adds per ATen op.
+Last, on a small MLP in the parent process, the time budget(None) adds per ATen op,
+beside the time a dispatch mode that only runs each op adds: the part of it
+that any mode written in Python pays.
 On CUDA every row, stock included, runs with deterministic algorithms
 (``torch.use_deterministic_algorithms(True)``, ``CUBLAS_WORKSPACE_CONFIG``,
 cuDNN's deterministic kernels): else stock PyTorch does not reproduce itself.
@@ -56,6 +58,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 import numpy
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
 import dtr
@@ -352,16 +355,27 @@ def measure_overhead(device: torch.device, heuristic: str, quick: bool) -> dict:
     def tracked() -> dtr.torch.Session:
         return dtr.torch.budget(None, heuristic=heuristic, device=device)
 
-    timed(None), timed(tracked())  # warm-up: kernels, dispatch caches, optimizer state
-    stock_times, tracked_times = [], []
+    timed(None), timed(tracked()), timed(_PassThrough())  # warm-up: kernels, caches, optimizer
+    stock_times, tracked_times, mode_times = [], [], []
     for _ in range(repetitions):
         stock_times.append(timed(None))
         session = tracked()
         tracked_times.append(timed(session))
+        mode_times.append(timed(_PassThrough()))
         ops = session.stats()["ops"]
-    stock, tracked_seconds = statistics.median(stock_times), statistics.median(tracked_times)
-    return {"us_per_op": (tracked_seconds - stock) / ops * 1e6, "ops_per_step": ops / steps,
+    stock, tracked_seconds, mode_seconds = (
+        statistics.median(times) for times in (stock_times, tracked_times, mode_times))
+    return {"us_per_op": (tracked_seconds - stock) / ops * 1e6,
+            "mode_us_per_op": (mode_seconds - stock) / ops * 1e6, "ops_per_step": ops / steps,
             "stock_step_seconds": stock / steps, "tracked_step_seconds": tracked_seconds / steps}
+
+
+class _PassThrough(TorchDispatchMode):
+    """A dispatch mode that only runs each op: what any mode written in
+    Python costs per op, the floor of ``budget(None)``'s added cost."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
 
 def serve() -> None:
@@ -564,7 +578,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"({_ratio(ours['step_cpu_seconds'], theirs['step_cpu_seconds'])} "
                       f"its CPU time).", flush=True)
     overhead = measure_overhead(torch.device(args.device), args.heuristic, args.quick)
-    print(f"\nadded cost per ATen op under budget(None): {overhead['us_per_op']:.1f} µs "
+    print(f"\nadded cost per ATen op under budget(None): {overhead['us_per_op']:.1f} µs; "
+          f"a dispatch mode that only runs each op adds {overhead['mode_us_per_op']:.1f} µs "
           f"(MLP 16 × Linear(256), batch 64: {overhead['ops_per_step']:.0f} ops a step, "
           f"stock {overhead['stock_step_seconds'] * 1e3:.2f} ms a step, "
           f"tracked {overhead['tracked_step_seconds'] * 1e3:.2f} ms)")
