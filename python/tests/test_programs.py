@@ -352,7 +352,9 @@ def test_ops_returning_several_tensors():
         loss.backward()
         return [p.detach() for p in parts], values.detach(), indices, order, arg, w.grad
 
-    check(program)
+    # 8 MiB, not the usual 6: PyTorch 2.4's `sort` backward scatters, and
+    # recomputing its inputs there needs more room than 6 MiB leaves.
+    check(program, limit=8 * MiB)
 
 
 def test_random_ops_beyond_dropout():

@@ -47,10 +47,7 @@ from torch.utils._python_dispatch import (
 from .. import OutOfMemory, _native
 from ._ops import _INFO, op_info
 
-try:  # torch >= 2.4
-    from torch.utils.module_tracker import ModuleTracker
-except ImportError:  # pragma: no cover - depends on the installed torch
-    ModuleTracker = None
+from torch.utils.module_tracker import ModuleTracker
 
 _Tensor = torch.Tensor
 _TensorBase = torch._C.TensorBase
@@ -78,6 +75,17 @@ class _Slot:
         # Recorded calls that read this (recomputable) storage: they keep it
         # alive once it becomes a constant, since it cannot be recomputed.
         self.readers: List["_Call"] = []
+
+    def storage(self) -> Optional[torch.UntypedStorage]:
+        """The torch storage, or None once it has died. One reached through
+        the weak reference is handed back to Python (``_fix_weakref``):
+        older PyTorch (2.4, the oldest supported, does) otherwise frees its
+        Python object when this reference goes, though the storage lives on,
+        and the weak reference dies with it."""
+        storage = self.ref() if self.ref is not None else None
+        if storage is not None:
+            storage._fix_weakref()
+        return storage
 
 
 class _Buf:
@@ -329,8 +337,7 @@ class Session:
             self._engine.record(self._trace_path)
             for tensor in self._keep:
                 self._track(tensor)
-            if ModuleTracker is not None:
-                self._modules = ModuleTracker().__enter__()
+            self._modules = ModuleTracker().__enter__()
         if self._guards_host_reads:
             _HostReads.enter(self)
         self._mode.__enter__()
@@ -362,7 +369,7 @@ class Session:
         self._closed_stats = self.stats()
         engine.set_budget(None)
         for slot in list(self._slots.values()):
-            if not slot.resident and slot.ref is not None and slot.ref() is not None:
+            if not slot.resident and slot.storage() is not None:
                 engine.ensure_resident(slot.handle)
         for hook in self._grad_hooks:
             hook.remove()
@@ -500,7 +507,7 @@ class Session:
         slot.constant = True
         readers, slot.readers = slot.readers, None
         if readers:
-            storage = slot.ref() if slot.ref is not None else None
+            storage = slot.storage()
             for call in readers:
                 if call.live and storage is not None:
                     call.keep.append(storage)
@@ -596,7 +603,7 @@ class Session:
         storages = []
         for buffer in buffers:
             if type(buffer) is _Buf:
-                storage = buffer.slot.ref() if buffer.owns else None
+                storage = buffer.slot.storage() if buffer.owns else None
                 if storage is None:
                     raise RuntimeError("dtr: a storage the engine holds as resident is gone")
                 storages.append(storage)
@@ -627,7 +634,7 @@ class Session:
             # or an output still resident (which the engine discards), the
             # fresh storage itself is the buffer.
             current = slot.handle == handle and slot.buf.owns and not slot.resident
-            target = slot.ref() if current else None
+            target = slot.storage() if current else None
             if target is None:
                 outputs.append(fresh)
                 continue
@@ -646,7 +653,7 @@ class Session:
         if type(buffer) is _Buf and buffer.owns:
             slot = buffer.slot
             slot.resident = False
-            storage = slot.ref()
+            storage = slot.storage()
             if storage is not None:
                 storage.resize_(0)
 
@@ -762,7 +769,7 @@ class Session:
         # `resize_`, `set_` and `out=` arguments can change the size of a
         # storage written in place: the engine counts it at its new size.
         for slot in constants_written:
-            storage = slot.ref()
+            storage = slot.storage()
             if storage is not None and storage.nbytes() != slot.nbytes:
                 retired.append(self._readopt(slot, storage.nbytes(), info.name))
 
@@ -806,7 +813,7 @@ class Session:
         sizes = [slot.nbytes for slot in fresh]
         if versioned:
             for slot in versioned:
-                storage = slot.ref()
+                storage = slot.storage()
                 sizes.append(storage.nbytes() if storage is not None else slot.nbytes)
         try:
             handles = engine.apply(
@@ -858,7 +865,7 @@ class Session:
             call.handles = handles
             for slot in inputs:
                 if slot.constant:
-                    call.keep.append(slot.ref())
+                    call.keep.append(slot.storage())
                 else:
                     slot.readers.append(call)
             self._calls[call_id] = call
