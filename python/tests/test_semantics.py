@@ -107,6 +107,18 @@ def test_dropout_recomputes_the_same_mask_and_leaves_the_generator_alone():
         assert torch.equal(e, a)
 
 
+def test_rrelu_noise_counts_as_written_whatever_its_schema_says():
+    # PyTorch 2.4's schema does not mark the noise `rrelu_with_noise` draws
+    # into as written (later ones do): unmarked, a recomputed noise tensor
+    # came back as the `empty_like` it was made by, and the gradient differed.
+    from dtr.torch._ops import op_info
+
+    x, noise = torch.randn(4), torch.empty(4)
+    info = op_info(torch.ops.aten.rrelu_with_noise.default)
+    assert any(w is noise for w in info.written((x, noise, 0.1, 0.3, True), {}))
+    assert any(w is noise for w in info.written((x, noise, 0.1, 0.3), {"training": True}))
+
+
 def test_multi_output_ops_restore_every_output():
     torch.manual_seed(0)
     x = torch.randn(512, 512)

@@ -8,13 +8,16 @@ import torch
 
 aten = torch.ops.aten
 
-# Batch norm writes its running statistics though its schema does not say
-# so (`Tensor? running_mean`, no `(a!)`): (mean, var) positions, and the
-# position of `training`, which must be true for the write to happen.
+# Ops that write arguments their schema does not mark as written: batch
+# norm its running statistics (`Tensor? running_mean`, no `(a!)`), and, in
+# PyTorch before 2.5 or so, `rrelu_with_noise` the noise it draws (later
+# schemas say `Tensor(b!) noise`). The written positions, and the position
+# of `training`, which must be true for the write to happen.
 _HIDDEN_WRITES: Dict[str, Tuple[Tuple[int, ...], int]] = {
     "aten::native_batch_norm": ((3, 4), 5),
     "aten::cudnn_batch_norm": ((3, 4), 5),
     "aten::miopen_batch_norm": ((3, 4), 5),
+    "aten::rrelu_with_noise": ((1,), 4),
 }
 
 # Ops whose fresh outputs do not depend on the constants they update (batch
@@ -33,7 +36,7 @@ _SIDE_EFFECT_ONLY_WRITES = {
 class OpInfo:
     """One op overload: which arguments it writes, and whether it draws random numbers."""
 
-    __slots__ = ("name", "writes", "hidden_writes", "training_arg", "seeded",
+    __slots__ = ("name", "writes", "hidden_writes", "training_arg", "training_name", "seeded",
                  "nondeterministic", "side_effect_only_writes")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
@@ -48,6 +51,7 @@ class OpInfo:
         hidden = _HIDDEN_WRITES.get(schema.name)
         self.hidden_writes = hidden[0] if hidden else ()
         self.training_arg = hidden[1] if hidden else -1
+        self.training_name = schema.arguments[hidden[1]].name if hidden else ""
         tags = getattr(func, "tags", ())
         self.seeded = torch.Tag.nondeterministic_seeded in tags
         self.nondeterministic = torch.Tag.nondeterministic_bitwise in tags
@@ -61,8 +65,11 @@ class OpInfo:
                 found.append(args[position])
             elif name in kwargs:
                 found.append(kwargs[name])
-        if self.hidden_writes and len(args) > self.training_arg and args[self.training_arg]:
-            found.extend(args[p] for p in self.hidden_writes if p < len(args))
+        if self.hidden_writes:
+            training = (args[self.training_arg] if len(args) > self.training_arg
+                        else kwargs.get(self.training_name, False))
+            if training:
+                found.extend(args[p] for p in self.hidden_writes if p < len(args))
         return found
 
 
