@@ -10,8 +10,8 @@ aten = torch.ops.aten
 
 # Ops that write arguments their schema does not mark as written: batch
 # norm its running statistics (`Tensor? running_mean`, no `(a!)`), and, in
-# PyTorch before 2.5 or so, `rrelu_with_noise` the noise it draws (later
-# schemas say `Tensor(b!) noise`). The written positions, and the position
+# PyTorch 2.4, `rrelu_with_noise` the noise it draws (newer schemas say
+# `Tensor(b!) noise`). The written positions, and the position
 # of `training`, which must be true for the write to happen.
 _HIDDEN_WRITES: Dict[str, Tuple[Tuple[int, ...], int]] = {
     "aten::native_batch_norm": ((3, 4), 5),

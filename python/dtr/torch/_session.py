@@ -43,11 +43,10 @@ from torch.utils._python_dispatch import (
     _disable_current_modes,
     _get_current_dispatch_mode_stack,
 )
+from torch.utils.module_tracker import ModuleTracker
 
 from .. import OutOfMemory, _native
 from ._ops import _INFO, op_info
-
-from torch.utils.module_tracker import ModuleTracker
 
 _Tensor = torch.Tensor
 _TensorBase = torch._C.TensorBase
