@@ -112,6 +112,19 @@ def test_numpy_of_storages_evicted_inside_the_context():
     check(program, limit=10 * MiB)
 
 
+def test_dlpack_functions_of_storages_evicted_inside_the_context():
+    """`torch.to_dlpack` is a C function that calls no tensor method."""
+    def program():
+        x = torch.randn(N)
+        values = pressure(x, 10)
+        shared = [torch.from_dlpack(torch.utils.dlpack.to_dlpack(values[1])),
+                  torch.utils.dlpack.from_dlpack(torch.to_dlpack(values[2]))]
+        more = pressure(values[-1], 6)  # the capsules' memory must stay
+        return [t.clone() for t in shared], more[-1].sum().item()
+
+    check(program, limit=10 * MiB)
+
+
 def test_host_reads_of_evicted_storages_through_the_storage_itself():
     """`torch.save`, `copy.deepcopy` and a storage handed out read memory without an op."""
     def program():
@@ -376,6 +389,22 @@ def test_random_ops_beyond_dropout():
         return [t.detach() for t in (a, b, c, d, e, f, rr)], picks, perm, w.grad
 
     check(program, limit=8 * MiB)
+
+
+def test_random_ops_whose_generator_is_positional():
+    """ATen passes these ops' `generator=` positionally: a recomputation must
+    restore that generator's state, not the default one's."""
+    def program():
+        g = torch.Generator().manual_seed(3)
+        rate = torch.rand(N) * 3
+        drawn = [torch.poisson(rate, generator=g),
+                 torch._standard_gamma(rate + 0.5, generator=g),
+                 torch.binomial(torch.full((N,), 10.0), torch.rand(N), generator=g)]
+        fill = pressure(rate, 12)
+        torch.rand(8, generator=g)  # g moves on before they are recomputed
+        return [t.clone() for t in drawn], fill[-1].sum()
+
+    check(program, limit=5 * MiB)
 
 
 def test_bf16_autocast_on_the_cpu():

@@ -38,6 +38,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
+import torch.utils.dlpack
 from torch.utils._python_dispatch import (
     TorchDispatchMode,
     _disable_current_modes,
@@ -170,8 +171,12 @@ def _rebuild(template: Any, storages: list) -> Any:
 
 
 def _generator(args: tuple, kwargs: dict) -> torch.Generator:
-    """The generator a random op draws from: its `generator=`, else its device's default."""
+    """The generator a random op draws from: its own (`generator=`, or
+    positional where the schema puts it there: `poisson`, `binomial`,
+    `_standard_gamma`), else its device's default."""
     generator = kwargs.get("generator")
+    if generator is None:
+        generator = next((arg for arg in args if isinstance(arg, torch.Generator)), None)
     if generator is not None:
         return generator
     device = kwargs.get("device")
@@ -225,6 +230,12 @@ _HOST_ACCESS = {"tolist": False, "numpy": True, "__array__": True, "__dlpack__":
                 "data_ptr": True, "untyped_storage": True, "storage": True,
                 "_typed_storage": True, "__deepcopy__": False}
 
+# Functions that hand out a tensor's memory, called through their modules:
+# the function form of `__dlpack__` is a C function that calls no method.
+# (A name imported from them before the budget opens is the bare function,
+# which the session cannot see.)
+_HOST_ACCESS_FUNCTIONS = ((torch, "to_dlpack"), (torch.utils.dlpack, "to_dlpack"))
+
 
 class _HostReads:
     """While a budget session is open, ``torch.Tensor``'s host-access methods
@@ -240,6 +251,7 @@ class _HostReads:
 
     sessions: List["Session"] = []
     saved: Dict[str, Any] = {}
+    saved_functions: List[tuple] = []  # (module, name, the function)
     local = threading.local()
 
     @classmethod
@@ -248,6 +260,11 @@ class _HostReads:
             for name, keep in _HOST_ACCESS.items():
                 cls.saved[name] = _Tensor.__dict__.get(name)
                 setattr(_Tensor, name, cls._wrap(getattr(_Tensor, name), keep))
+            for module, name in _HOST_ACCESS_FUNCTIONS:
+                function = getattr(module, name, None)
+                if function is not None:
+                    cls.saved_functions.append((module, name, function))
+                    setattr(module, name, cls._wrap(function, True))
         cls.sessions.append(session)
 
     @classmethod
@@ -261,6 +278,9 @@ class _HostReads:
                 else:
                     setattr(_Tensor, name, original)
             cls.saved.clear()
+            for module, name, function in cls.saved_functions:
+                setattr(module, name, function)
+            cls.saved_functions.clear()
 
     @classmethod
     def _wrap(cls, original, keep: bool):
@@ -531,7 +551,7 @@ class Session:
         dispatch mode, are left be. Those that do are the thread that entered
         it and the threads PyTorch hands its modes to: on CUDA, autograd's
         device thread runs the backward pass."""
-        if self._engine is None or self._busy:
+        if self._engine is None or self._busy or not isinstance(tensor, _Tensor):
             return None
         if self._mode not in _get_current_dispatch_mode_stack():
             return None
