@@ -27,9 +27,9 @@ pub enum Error {
     #[error(
         "out of memory: {context} needs {requested_bytes} B but the budget is {budget_bytes} B \
          with {in_use_bytes} B in use ({} B free), of which {locked_bytes} B is locked by the \
-         running op and {pinned_bytes} B is pinned or not recomputable; nothing is left to \
-         evict{}{}",
+         running op and {pinned_bytes} B is pinned or not recomputable; {}{}{}",
         budget_bytes.saturating_sub(*in_use_bytes),
+        evictable_note(in_use_bytes.saturating_sub(locked_bytes.saturating_add(*pinned_bytes))),
         chain_note(chain),
         locked_note(largest_locked)
     )]
@@ -102,6 +102,14 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`](enum@Error) as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What eviction could still free, which was not enough.
+fn evictable_note(evictable: u64) -> String {
+    match evictable {
+        0 => "nothing is left to evict".to_string(),
+        _ => format!("evicting the other {evictable} B would not make room"),
+    }
+}
 
 /// `; ops waiting on it, innermost first: `b`, `c``, or nothing.
 fn chain_note(chain: &[String]) -> String {
@@ -176,8 +184,30 @@ mod tests {
             "needs 16 B but the budget is 64 B with 56 B in use (8 B free)",
             "ops waiting on it, innermost first: `add`, `matmul`",
             "the largest locked storages: 32 B (output of `exp`)",
+            "nothing is left to evict",
         ] {
             assert!(text.contains(part), "{part}: {text}");
         }
+    }
+
+    /// Eviction stops before it starts where evicting every candidate
+    /// would not make room: the message says how much that was.
+    #[test]
+    fn out_of_memory_names_what_eviction_could_still_free() {
+        let error = Error::OutOfMemory {
+            context: "op `exp`".into(),
+            requested_bytes: 40,
+            budget_bytes: 64,
+            in_use_bytes: 56,
+            locked_bytes: 32,
+            pinned_bytes: 8,
+            chain: Vec::new(),
+            largest_locked: Vec::new(),
+        };
+        let text = error.to_string();
+        assert!(
+            text.ends_with("evicting the other 16 B would not make room"),
+            "{text}"
+        );
     }
 }
