@@ -383,30 +383,3 @@ fn the_guard_adds_up_a_rematerialisation_deeper_than_one_op() {
     assert_eq!(evicted(&dtr).len(), 1);
     assert_ne!(evicted(&dtr)[0], s);
 }
-
-/// A held tensor `s` (10 B) reads `b` twice; `b` (100 B) is made from `a`
-/// (100 B), made from a 10 B constant, and both are released. Recomputing
-/// `s` runs `a`, then `b` (200 B at once), then `s` over `b`, which its
-/// first input restored and holds: at most 200 B, well within the 290 B a
-/// budget of 300 leaves beside the constant. Counting `b`'s restoration
-/// again for the second input (300 B) held `s` back, and `h` (cost 100)
-/// went instead of `s` (cost 3 with its history).
-#[test]
-fn the_guard_counts_once_what_a_pending_op_holds() {
-    let mut dtr = sim(Config::default().with_remat_memory_guard(true));
-    let x = dtr.put_opaque(10).unwrap();
-    let a = tensor(&mut dtr, &[x], 1, 100);
-    let b = tensor(&mut dtr, &[a], 1, 100);
-    dtr.del(a).unwrap();
-    let s = tensor(&mut dtr, &[b, b], 1, 10);
-    dtr.del(b).unwrap();
-    let h = tensor(&mut dtr, &[x], 100, 60);
-    dtr.set_budget_bytes(Some(300));
-    let temporary = dtr.apply_op(Op::recorded("op", 1, 230), &[x]).unwrap()[0];
-    dtr.del(temporary).unwrap();
-    assert_eq!(evicted(&dtr), [s]);
-    let end = dtr.apply_op(Op::recorded("op", 1, 20), &[s, h]).unwrap()[0];
-    dtr.del(end).unwrap();
-    dtr.check_invariants().unwrap();
-    assert!(dtr.memory().peak_bytes <= 300);
-}

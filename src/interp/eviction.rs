@@ -171,10 +171,9 @@ impl<B: Backend> Interpreter<B> {
     /// of the bytes its earlier inputs hold plus that input's own
     /// footprint, and at least all its inputs and outputs together.
     /// Nothing else is evicted meanwhile, so it is a lower bound of what
-    /// the rematerialisation needs. A storage restored already counts again
-    /// where a later op reads it, unless a pending op still holds it (it may
-    /// have been evicted since: an upper bound there). Walks the evicted
-    /// region above `storage` once, on an explicit stack.
+    /// the rematerialisation needs (shared evicted ancestors count once
+    /// per reader: an upper bound there). Walks the evicted region above
+    /// `storage` once, on an explicit stack.
     fn remat_footprint(&self, storage: StorageId) -> u64 {
         let graph = &self.graph;
         let mut footprint: HashMap<NodeId, u64> = HashMap::new();
@@ -188,15 +187,6 @@ impl<B: Backend> Interpreter<B> {
                 None
             }
         };
-        // Whether a pending op holds `storage` already, restored for one of
-        // the inputs it has passed.
-        let held_by = |stack: &[(NodeId, usize, u64, u64)], storage: StorageId| {
-            stack.iter().any(|&(node, next, _, _)| {
-                graph.nodes[node].inputs()[..next]
-                    .iter()
-                    .any(|&t| graph.tensors[t].storage == storage)
-            })
-        };
         // A pending op: its next input, the bytes its restored inputs
         // hold, and the footprint so far.
         let mut stack: Vec<(NodeId, usize, u64, u64)> = Vec::new();
@@ -206,41 +196,34 @@ impl<B: Backend> Interpreter<B> {
                 continue;
             };
             stack.push((root, 0, 0, 0));
-            while let Some(&(node, next, held, peak)) = stack.last() {
+            while let Some(&mut (node, ref mut next, ref mut held, ref mut peak)) = stack.last_mut()
+            {
                 let info = &graph.nodes[node];
                 let inputs = info.inputs();
-                if next == inputs.len() {
-                    let total = peak.max(held.saturating_add(info.signature().output_bytes()));
+                if *next == inputs.len() {
+                    let total = (*peak).max(held.saturating_add(info.signature().output_bytes()));
                     footprint.insert(node, total);
                     stack.pop();
                     continue;
                 }
-                let input = inputs[next];
-                let input_storage = graph.tensors[input].storage;
-                let mut peak = peak;
+                let input = inputs[*next];
                 if let Some(producer) = producer_of_missing(input) {
                     match footprint.get(&producer) {
-                        // Restored already: again only if no pending op
-                        // holds it still.
-                        Some(&restore) => {
-                            if !held_by(&stack, input_storage) {
-                                peak = peak.max(held.saturating_add(restore));
-                            }
-                        }
+                        Some(&restore) => *peak = (*peak).max(held.saturating_add(restore)),
                         None => {
                             stack.push((producer, 0, 0, 0));
                             continue;
                         }
                     }
                 }
-                let counted = inputs[..next]
+                let input_storage = graph.tensors[input].storage;
+                let counted = inputs[..*next]
                     .iter()
                     .any(|&earlier| graph.tensors[earlier].storage == input_storage);
-                let mut held = held;
                 if graph.storages[input_storage].recomputable && !counted {
-                    held = held.saturating_add(graph.storages[input_storage].bytes);
+                    *held = held.saturating_add(graph.storages[input_storage].bytes);
                 }
-                *stack.last_mut().expect("the op just read") = (node, next + 1, held, peak);
+                *next += 1;
             }
             most = most.max(footprint[&root]);
         }
