@@ -5,9 +5,7 @@ use super::{steps, Interpreter, RunEvent};
 use crate::backend::Backend;
 use crate::config::RestoreMode;
 use crate::error::{Error, Result};
-use std::collections::HashMap;
-
-use crate::graph::{NodeId, StorageId, TensorId};
+use crate::graph::{NodeId, StorageId};
 use crate::memory::{Block, Move};
 
 /// What an allocation is for, to name it in an out-of-memory error.
@@ -154,80 +152,14 @@ impl<B: Backend> Interpreter<B> {
 
     /// Whether rematerialising `storage` (were it evicted now) would hold
     /// more recomputable bytes at once than the budget leaves beside the
-    /// constants' high-water mark: see [`Interpreter::remat_footprint`].
-    fn remat_could_not_fit(&self, storage: StorageId) -> bool {
+    /// constants' high-water mark: see
+    /// [`RematFootprint::exceeds`](super::footprint::RematFootprint::exceeds).
+    fn remat_could_not_fit(&mut self, storage: StorageId) -> bool {
         let Some(budget) = self.table.counter().budget_bytes() else {
             return false;
         };
         let room = budget.saturating_sub(self.table.constant_peak_bytes());
-        self.remat_footprint(storage) > room
-    }
-
-    /// The most recomputable bytes that rematerialising `storage` (were it
-    /// evicted now) holds at once, inputs and outputs, when it runs as
-    /// [`materialize`](Interpreter::materialize) does: depth first, each
-    /// op's inputs in order, every restored input locked until its op has
-    /// run. So an op's footprint is the largest, over its missing inputs,
-    /// of the bytes its earlier inputs hold plus that input's own
-    /// footprint, and at least all its inputs and outputs together.
-    /// Nothing else is evicted meanwhile, so it is a lower bound of what
-    /// the rematerialisation needs (shared evicted ancestors count once
-    /// per reader: an upper bound there). Walks the evicted region above
-    /// `storage` once, on an explicit stack.
-    fn remat_footprint(&self, storage: StorageId) -> u64 {
-        let graph = &self.graph;
-        let mut footprint: HashMap<NodeId, u64> = HashMap::new();
-        // The op to rerun for an input that would be missing, if any.
-        let producer_of_missing = |input: TensorId| {
-            let tensor = &graph.tensors[input];
-            let missing = !tensor.defined || tensor.storage == storage;
-            if missing {
-                tensor.producer
-            } else {
-                None
-            }
-        };
-        // A pending op: its next input, the bytes its restored inputs
-        // hold, and the footprint so far.
-        let mut stack: Vec<(NodeId, usize, u64, u64)> = Vec::new();
-        let mut most = 0;
-        for &tensor in &graph.storages[storage].tensors {
-            let Some(root) = graph.tensors[tensor].producer else {
-                continue;
-            };
-            stack.push((root, 0, 0, 0));
-            while let Some(&mut (node, ref mut next, ref mut held, ref mut peak)) = stack.last_mut()
-            {
-                let info = &graph.nodes[node];
-                let inputs = info.inputs();
-                if *next == inputs.len() {
-                    let total = (*peak).max(held.saturating_add(info.signature().output_bytes()));
-                    footprint.insert(node, total);
-                    stack.pop();
-                    continue;
-                }
-                let input = inputs[*next];
-                if let Some(producer) = producer_of_missing(input) {
-                    match footprint.get(&producer) {
-                        Some(&restore) => *peak = (*peak).max(held.saturating_add(restore)),
-                        None => {
-                            stack.push((producer, 0, 0, 0));
-                            continue;
-                        }
-                    }
-                }
-                let input_storage = graph.tensors[input].storage;
-                let counted = inputs[..*next]
-                    .iter()
-                    .any(|&earlier| graph.tensors[earlier].storage == input_storage);
-                if graph.storages[input_storage].recomputable && !counted {
-                    *held = held.saturating_add(graph.storages[input_storage].bytes);
-                }
-                *next += 1;
-            }
-            most = most.max(footprint[&root]);
-        }
-        most
+        self.footprint.exceeds(&self.graph, storage, room)
     }
 
     /// Frees a resident, evictable storage; its tensors become undefined

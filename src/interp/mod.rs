@@ -9,6 +9,7 @@
 //! step's evictions.
 
 mod eviction;
+mod footprint;
 mod materialize;
 mod observer;
 mod release;
@@ -65,6 +66,8 @@ pub struct Interpreter<B: Backend> {
     schedule: Option<schedule::Schedule>,
     /// The last step's evictions, once the program marks steps.
     steps: Option<steps::StepPlans>,
+    /// The rematerialisation guard's scratch space.
+    footprint: footprint::RematFootprint,
 }
 
 /// Bytes in use, their high-water mark and the budget; in arena mode also
@@ -153,6 +156,7 @@ impl<B: Backend> Interpreter<B> {
             copies: swap::CopyQueue::default(),
             schedule: None,
             steps: None,
+            footprint: Default::default(),
         })
     }
 
