@@ -269,7 +269,8 @@ pub struct Graph {
 /// that look ahead.
 #[derive(Debug, Default)]
 pub struct Foresight {
-    /// Whether a replay tells it (else every tensor's next read is unknown).
+    /// Whether a replay, or the step before, tells it (else every tensor's
+    /// next read is unknown).
     pub known: bool,
     /// The program's time now.
     pub now: u64,

@@ -736,3 +736,69 @@ fn released_history_that_an_evicted_live_tensor_needs_stays_resident() {
     // b stays (an ordinary candidate); only a goes; c alone is recomputed.
     assert_eq!(run(true), (true, 1, 1));
 }
+
+/// A recurrent step: a chain of `length` states, then a backward pass
+/// that reads them in reverse, each gradient from the one after it.
+fn recurrent_step(dtr: &mut Interpreter<CpuBackend>, x: TensorId, length: usize) -> Vec<f32> {
+    let mut states = vec![x];
+    for k in 0..length {
+        let last = *states.last().unwrap();
+        states.push(add_scalar(dtr, last, k as f32));
+    }
+    let mut grad = add_scalar(dtr, *states.last().unwrap(), 0.5);
+    for k in (1..length).rev() {
+        let sum = dtr
+            .apply_op_with_cost(Op::Binary(BinaryOp::Add), &[grad, states[k]], 1)
+            .unwrap()[0];
+        dtr.del(grad).unwrap();
+        dtr.del(states[k]).unwrap();
+        grad = sum;
+    }
+    dtr.del(states[length]).unwrap();
+    let value = dtr.get_value(grad).unwrap();
+    dtr.del(grad).unwrap();
+    value
+}
+
+#[test]
+fn marked_steps_let_dtr_next_look_ahead_from_the_last_step() {
+    let length = 24;
+    let mut unbounded = interpreter(Config::default());
+    let x = unbounded.put(&[1.0], &[1]).unwrap();
+    let expected = recurrent_step(&mut unbounded, x, length);
+    // Per step: the recomputation, and whether it followed its plan.
+    let run = |heuristic: &str| {
+        let mut dtr = interpreter(
+            Config::default()
+                .with_heuristic(heuristic)
+                .with_budget_bytes(8 * 4),
+        );
+        let x = dtr.put(&[1.0], &[1]).unwrap();
+        let mut steps = Vec::new();
+        for _ in 0..5 {
+            let before = dtr.stats().clone();
+            assert_eq!(recurrent_step(&mut dtr, x, length), expected);
+            dtr.mark_step().unwrap();
+            let after = dtr.stats();
+            steps.push((
+                after.remat_compute - before.remat_compute,
+                after.planned_steps > before.planned_steps,
+            ));
+            assert!(dtr.memory().peak_bytes <= 8 * 4);
+        }
+        dtr.check_invariants().unwrap();
+        steps
+    };
+    let dtr = run("dtr");
+    let next = run("dtr-next");
+    eprintln!("dtr {dtr:?}\ndtr-next {next:?}");
+    // With no foresight yet (the first step, and the second, recorded)
+    // `dtr-next` is `dtr`.
+    assert_eq!(next[..2], dtr[..2]);
+    // The third step looks ahead from the second: no plan is followed,
+    // one made without foresight being no better than `dtr`'s; the
+    // fourth follows the third's.
+    assert!(!next[2].1 && next[3].1 && next[4].1, "{next:?}");
+    assert!(next[2].0 < dtr[2].0, "dtr-next {next:?}, dtr {dtr:?}");
+    assert_eq!(next[3].0, next[2].0);
+}

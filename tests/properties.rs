@@ -580,7 +580,8 @@ proptest! {
     /// the policy, and one that meets other memory (a tensor carried over
     /// from the step before) is repaired; values always equal the
     /// unbounded run's, within the budget (the runner checks it after every
-    /// instruction).
+    /// instruction). Under `dtr-next`, which looks ahead from the step
+    /// before, the same one step later.
     #[test]
     fn marked_steps_repeat_the_last_step_or_fall_back(
         program in prop::collection::vec(step(), 1..60),
@@ -590,7 +591,7 @@ proptest! {
         // The step that keeps a tensor into the next (4 and 5: none).
         carry in 1usize..6,
         budget_fraction in 0.05f64..1.0,
-        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "msps", "lru", "random", "coop"]),
+        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "msps", "lru", "random", "coop", "dtr-next"]),
         eager in any::<bool>(),
         memory in prop::sample::select(vec![
             MemoryModel::Counter,
@@ -614,17 +615,23 @@ proptest! {
         let mut bounded = Runner::new(base.with_budget_bytes(budget));
         let (observed, stats) = bounded.run_steps(&steps, true, Some(carry));
         prop_assert_eq!(observed, expected);
-        // Steps 0 (before the first mark) and 1 (recorded) run the policy.
-        for k in 2..steps.len() {
-            let ((earlier, budget), (before, _), (now, budget_now)) =
+        // Steps 0 (before the first mark) and 1 (recorded) run the policy;
+        // so does step 2 under `dtr-next`, which looks ahead from step 1
+        // (a plan made without foresight is not followed): each step's
+        // plan then comes one step later.
+        let lag = usize::from(heuristic == "dtr-next");
+        for k in 2 + lag..steps.len() {
+            let ((earlier, _), (before, _), (now, budget_now)) =
                 (&stats[k - 2], &stats[k - 1], &stats[k]);
             let policy_evictions = |s: &dtr::Stats| s.evictions - s.eager_evictions;
             let recorded = policy_evictions(before) - policy_evictions(earlier);
-            // An out-of-memory raises the budget, which drops the plan.
-            let same_budget = budget == budget_now;
+            // An out-of-memory raises the budget, which drops the plan (and
+            // retries the op: a step that departs from the next).
+            let same_budget = stats[k - 2 - lag].1 == *budget_now;
             // The step after a carry meets other memory, and so may the next.
-            let carried = k == carry + 1 || k == carry + 2;
-            if k - 1 == detour || k == detour || carried || recorded == 0 || !same_budget {
+            let carried = (carry + 1..=carry + 2 + lag).contains(&k);
+            let detoured = (k - 1 - lag..=k).contains(&detour);
+            if detoured || carried || recorded == 0 || !same_budget {
                 continue;
             }
             prop_assert_eq!(now.planned_steps, before.planned_steps + 1, "step {} follows", k);

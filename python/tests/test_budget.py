@@ -13,7 +13,7 @@ MiB = 2**20
 
 
 def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_steps=False,
-          session=None):
+          session=None, heuristic="dtr"):
     """Trains a copy of `model` one step per batch (ending each with
     `mark_step` when `mark_steps`), under `session` if given, else under a
     budget of `limit`; returns the losses, the gradients of every step, the
@@ -44,7 +44,7 @@ def train(model, make_optimizer, batches, loss_fn, limit="stock", seed=0, mark_s
         assert not mark_steps
         steps()
     else:
-        with session or dtr_torch.budget(limit) as session:
+        with session or dtr_torch.budget(limit, heuristic=heuristic) as session:
             steps()
             session.check()
     after = torch.rand(4)  # where the global generator was left
@@ -210,6 +210,24 @@ def test_marked_steps_train_bitwise_like_stock(name):
     # the plans need no repair.
     assert stats["planned_steps"] == len(batches) - 2, stats
     assert stats["plan_repairs"] == 0, stats
+
+
+def test_dtr_next_looks_ahead_from_the_last_marked_step():
+    """Under `dtr-next` a marked step foresees when each tensor is next read
+    from the step before: the third step runs the policy so, and the steps
+    after it follow its plan (a plan made without foresight is not)."""
+    model, make_optimizer, batches, loss = MODELS["lstm"]()
+    batches = batches * 3
+    stock = train(model, make_optimizer, batches, loss)
+    peak = train(model, make_optimizer, batches[:2], loss, limit=None)[3].stats()["peak_bytes"]
+    budget = int(peak * 0.5)
+    run = train(model, make_optimizer, batches, loss, limit=budget, mark_steps=True,
+                heuristic="dtr-next")
+    assert_bitwise(stock, run)
+    stats = run[3].stats()
+    assert stats["peak_bytes"] <= budget, stats
+    assert stats["rematerializations"] > 0, stats
+    assert stats["planned_steps"] == len(batches) - 3, stats
 
 
 def test_a_step_whose_memory_grows_repairs_its_plan_and_keeps_following():

@@ -10,6 +10,7 @@
 
 mod eviction;
 mod footprint;
+mod lookahead;
 mod materialize;
 mod observer;
 mod release;
@@ -68,6 +69,12 @@ pub struct Interpreter<B: Backend> {
     steps: Option<steps::StepPlans>,
     /// The rematerialisation guard's scratch space.
     footprint: footprint::RematFootprint,
+    /// The last step's reads, foreseen in this one, once the program marks
+    /// steps and the heuristic looks ahead.
+    lookahead: Option<lookahead::Lookahead>,
+    /// A replay tells the foresight ([`Interpreter::set_program_time`]):
+    /// steps do not.
+    foresight_given: bool,
 }
 
 /// Bytes in use, their high-water mark and the budget; in arena mode also
@@ -157,6 +164,8 @@ impl<B: Backend> Interpreter<B> {
             schedule: None,
             steps: None,
             footprint: Default::default(),
+            lookahead: None,
+            foresight_given: false,
         })
     }
 
@@ -170,6 +179,7 @@ impl<B: Backend> Interpreter<B> {
     /// The program's own time now (its ops' summed costs so far,
     /// recomputations not counted), for heuristics that look ahead.
     pub fn set_program_time(&mut self, now: u64) {
+        self.foresight_given = true;
         self.graph.foresight.known = true;
         self.graph.foresight.now = now;
     }
@@ -177,6 +187,7 @@ impl<B: Backend> Interpreter<B> {
     /// When, in the program's time, it next reads `tensor` (an op's input,
     /// a get or a pin); `None`: never again. For heuristics that look ahead.
     pub fn set_next_read(&mut self, tensor: TensorId, at: Option<u64>) {
+        self.foresight_given = true;
         let next_read = &mut self.graph.foresight.next_read;
         match at {
             Some(at) => {
@@ -358,6 +369,7 @@ impl<B: Backend> Interpreter<B> {
             self.remove_failed_node(node);
             return Err(error);
         }
+        self.lookahead_op_ran(node);
         let outputs: SmallVec<[TensorId; 2]> = self.graph.nodes[node].live_outputs().collect();
         for &t in &outputs {
             let storage = self.graph.tensors[t].storage;

@@ -34,9 +34,9 @@ use crate::backend::Backend;
 use crate::graph::{NodeId, StorageId, TensorId};
 use crate::memory::Block;
 
-/// A storage a step evicted, as the next step can name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Victim {
+/// A tensor of a step (one it evicted or read), as the next step can name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum StepTensor {
     /// Output `output` of the step's op number `op` (counted from 0).
     Made { op: u32, output: u32 },
     /// A tensor made before the step (the same tensor in the next step, if
@@ -58,7 +58,7 @@ struct StepReservation {
     /// Bytes asked for.
     bytes: u64,
     /// What it evicted, in order.
-    victims: Vec<Victim>,
+    victims: Vec<StepTensor>,
     /// It then ran out of memory (an op that then got room by relaxing
     /// locks asks again).
     out_of_memory: bool,
@@ -171,6 +171,11 @@ impl<B: Backend> Interpreter<B> {
     /// budget drops the plan. An error while a static plan is recorded or
     /// followed ([`Interpreter::record_plan`]).
     ///
+    /// Under a heuristic that looks ahead (`dtr-next`), each step also
+    /// tells the next when it reads each tensor, while the next repeats it:
+    /// the step after the recorded one evicts by that foresight, and only
+    /// its record, made with foresight, becomes a plan to follow.
+    ///
     /// [`Stats::planned_steps`]: crate::Stats::planned_steps
     /// [`Stats::plan_repairs`]: crate::Stats::plan_repairs
     pub fn mark_step(&mut self) -> crate::Result<()> {
@@ -179,6 +184,8 @@ impl<B: Backend> Interpreter<B> {
                 "mark_step: a static plan is being recorded or followed".into(),
             ));
         }
+        // A step that could have looked ahead and did not is no plan.
+        let informed = self.lookahead_next_step().unwrap_or(true);
         let steps = self.steps.get_or_insert_with(Default::default);
         // Followed to the end: never departed, over the same ops. (Requests
         // of the last op the plan had and this step did not are passed over.)
@@ -186,7 +193,7 @@ impl<B: Backend> Interpreter<B> {
         let followed =
             steps.followed.is_some() && !steps.plan.is_empty() && program == steps.plan_program;
         let repairs = if followed { steps.repairs } else { 0 };
-        let plan = if steps.budget_changed {
+        let plan = if steps.budget_changed || !informed {
             Vec::new()
         } else {
             std::mem::take(&mut steps.record)
@@ -220,6 +227,8 @@ impl<B: Backend> Interpreter<B> {
         steps.op_requests = 0;
         let state = foldhash::fast::FixedState::with_seed(steps.fingerprint);
         steps.fingerprint = state.hash_one((info.op().name(), info.signature().output_bytes()));
+        let fingerprint = steps.fingerprint;
+        self.lookahead_op_starts(position as usize, fingerprint);
     }
 
     /// A request for `sizes` (`bytes` in all) as the step plan says: when
@@ -289,33 +298,41 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// The storage a plan's victim names now, if it exists.
-    fn step_victim_storage(&self, victim: Victim) -> Option<StorageId> {
+    fn step_victim_storage(&self, victim: StepTensor) -> Option<StorageId> {
         let tensor = match victim {
-            Victim::Made { op, output } => {
+            StepTensor::Made { op, output } => {
                 let node = *self.steps.as_ref()?.ops.get(op as usize)?;
                 self.graph.nodes.get(node)?.output(output as usize)?
             }
-            Victim::Earlier(tensor) => tensor,
+            StepTensor::Earlier(tensor) => tensor,
         };
         Some(self.graph.tensors.get(tensor)?.storage)
     }
 
-    /// Notes a storage the policy or the plan evicted for the request under way.
-    pub(super) fn step_victim(&mut self, storage: StorageId) {
-        let Some(steps) = &mut self.steps else {
-            return;
-        };
-        let root = self.graph.storages[storage].tensors[0];
-        let info = &self.graph.tensors[root];
+    /// `tensor` as the next step can name it: by the op of this step that
+    /// made it, or as itself when it was made before the step.
+    pub(super) fn step_tensor(&self, tensor: TensorId) -> Option<StepTensor> {
+        let steps = self.steps.as_ref()?;
+        let info = &self.graph.tensors[tensor];
         let made = info
             .producer
             .and_then(|node| Some((*steps.positions.get(node)?, info.output)));
-        let victim = match made {
-            Some((op, output)) => Victim::Made {
+        Some(match made {
+            Some((op, output)) => StepTensor::Made {
                 op,
                 output: u32::from(output),
             },
-            None => Victim::Earlier(root),
+            None => StepTensor::Earlier(tensor),
+        })
+    }
+
+    /// Notes a storage the policy or the plan evicted for the request under way.
+    pub(super) fn step_victim(&mut self, storage: StorageId) {
+        let Some(victim) = self.step_tensor(self.graph.storages[storage].tensors[0]) else {
+            return;
+        };
+        let Some(steps) = &mut self.steps else {
+            return;
         };
         let request = steps.requests;
         match steps.record.last_mut() {

@@ -1,10 +1,11 @@
 //! `h_DTR` looking ahead: `(c0(s) + Σ_{u ∈ e*(s)} c0(u)) / (m(s) · next(s))`,
 //! where `next(s)` is the time until the program next reads one of the
-//! storage's tensors instead of the time since it last did. Only a replay
-//! of a recorded program knows that (see [`crate::graph::Foresight`]);
-//! what it finds is a schedule a static plan can keep for a training step
-//! that repeats. Where no replay tells it (the eager and PyTorch APIs), it
-//! is `dtr`.
+//! storage's tensors instead of the time since it last did. A replay of a
+//! recorded program knows that (see [`crate::graph::Foresight`]); what it
+//! finds is a schedule a static plan can keep for a training step that
+//! repeats. The eager and PyTorch APIs know it once the program marks
+//! steps, from the step before ([`crate::Interpreter::mark_step`]); where
+//! nothing tells it, it is `dtr`.
 //!
 //! The time until the next read is the soonest read of the storage or of
 //! an evicted descendant (recomputing that one needs this storage too).

@@ -424,7 +424,10 @@ class Session:
         only the memory differs (the plan's room falls short), the policy
         repairs that request and the step goes on following.
         ``stats()["planned_steps"]`` counts the steps that followed a plan,
-        ``stats()["plan_repairs"]`` the requests repaired."""
+        ``stats()["plan_repairs"]`` the requests repaired. Under
+        ``heuristic="dtr-next"`` the next step also knows, from this one, when
+        each tensor is next read, and evicts by that foresight; only such a
+        step's evictions become a plan."""
         if self._engine is None:
             raise RuntimeError("the dtr session is closed")
         self._drain()

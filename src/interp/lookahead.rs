@@ -1,0 +1,156 @@
+//! Foresight from the step before: a training loop reads its tensors in
+//! the same order every step, so once the program marks steps
+//! ([`Interpreter::mark_step`]), the last step tells a heuristic that looks
+//! ahead (`dtr-next`) when each tensor of this one will next be read, as a
+//! replay of a recorded trace tells it from the trace. With no foresight
+//! `dtr-next` is `dtr`, which on a recurrent network's long chains evicts
+//! what the backward pass needs next (see the README's measurements).
+//!
+//! A read is an op's input. Each step records, for every tensor it read
+//! (named as [`StepTensor`]: by the op of the step that made it), the
+//! program's time at each read, its time being the summed costs of its ops
+//! before. The next step, while its ops are the last step's (the same
+//! fingerprints, op by op), sets each tensor's next read to the last step's
+//! read after as many as it has had. From the first other op the step has
+//! no foresight (`dtr-next` is `dtr` again) until the next mark. Values never
+//! depend on it: a wrong guess costs recomputation.
+
+use std::collections::HashMap;
+
+use slotmap::SecondaryMap;
+use smallvec::SmallVec;
+
+use super::steps::StepTensor;
+use super::Interpreter;
+use crate::backend::Backend;
+use crate::graph::{NodeId, TensorId};
+
+/// One step's ops and reads, as the next step foresees them.
+#[derive(Default)]
+struct StepReads {
+    /// The program's time before each op: the summed costs of those before.
+    times: Vec<u64>,
+    /// The fingerprint of the ops up to each one (see [`Interpreter::mark_step`]).
+    fingerprints: Vec<u64>,
+    /// When each tensor was read, in order.
+    reads: HashMap<StepTensor, SmallVec<[u64; 2]>, foldhash::fast::RandomState>,
+}
+
+/// The last step's reads and the step under way's.
+#[derive(Default)]
+pub(super) struct Lookahead {
+    /// The last step, once one has been recorded whole.
+    last: Option<StepReads>,
+    /// The step under way.
+    record: StepReads,
+    /// Its program time.
+    now: u64,
+    /// How many times it has read each tensor so far.
+    done: SecondaryMap<TensorId, u32>,
+    /// Whether it has repeated the last step so far.
+    repeating: bool,
+}
+
+impl<B: Backend> Interpreter<B> {
+    /// A step starts: what the last one read becomes the foresight of
+    /// this one. Returns, when the heuristic looks ahead from steps,
+    /// whether the step that ended did from start to end (so its evictions
+    /// are a plan worth following).
+    pub(super) fn lookahead_next_step(&mut self) -> Option<bool> {
+        if !self.heuristic.looks_ahead() || self.foresight_given {
+            return None;
+        }
+        let lookahead = self.lookahead.get_or_insert_with(Default::default);
+        let informed = lookahead.last.is_some() && lookahead.repeating;
+        let first_record = lookahead.last.is_none() && lookahead.record.times.is_empty();
+        lookahead.last = (!first_record).then(|| std::mem::take(&mut lookahead.record));
+        lookahead.record = StepReads::default();
+        lookahead.now = 0;
+        lookahead.done.clear();
+        lookahead.repeating = lookahead.last.is_some();
+        let foresight = &mut self.graph.foresight;
+        foresight.known = lookahead.repeating;
+        foresight.now = 0;
+        foresight.next_read.clear();
+        // Tensors made before the step are read first when the last step did.
+        if let Some(last) = &lookahead.last {
+            for (name, reads) in &last.reads {
+                if let (StepTensor::Earlier(tensor), Some(&first)) = (name, reads.first()) {
+                    if self.graph.tensors.contains_key(*tensor) {
+                        foresight.next_read.insert(*tensor, first);
+                    }
+                }
+            }
+        }
+        Some(informed)
+    }
+
+    /// Op number `position` of the step starts, its ops so far fingerprinted
+    /// `fingerprint`: the program's time is the last step's there, if the
+    /// step still repeats it.
+    pub(super) fn lookahead_op_starts(&mut self, position: usize, fingerprint: u64) {
+        let Some(lookahead) = &mut self.lookahead else {
+            return;
+        };
+        lookahead.record.times.push(lookahead.now);
+        lookahead.record.fingerprints.push(fingerprint);
+        if !lookahead.repeating {
+            return;
+        }
+        let last = lookahead.last.as_ref().expect("repeating a recorded step");
+        match last.times.get(position) {
+            Some(&time) if last.fingerprints[position] == fingerprint => {
+                self.graph.foresight.now = time;
+            }
+            _ => {
+                tracing::debug!(target: "dtr::evict", op = position, "the step departs from the last one; no foresight until the next step");
+                lookahead.repeating = false;
+                self.graph.foresight.known = false;
+                self.graph.foresight.next_read.clear();
+            }
+        }
+    }
+
+    /// `node` ran: its inputs were read, and each one's and each output's
+    /// next read is the last step's after as many reads.
+    pub(super) fn lookahead_op_ran(&mut self, node: NodeId) {
+        if self.lookahead.is_none() {
+            return;
+        }
+        let info = &self.graph.nodes[node];
+        let reads: SmallVec<[(TensorId, Option<StepTensor>); 4]> = (info.inputs().iter())
+            .chain(info.live_outputs().collect::<SmallVec<[_; 2]>>().iter())
+            .map(|&t| (t, self.step_tensor(t)))
+            .collect();
+        let inputs = info.inputs().len();
+        let cost = info.cost();
+        let lookahead = self.lookahead.as_mut().expect("checked above");
+        for (k, &(tensor, name)) in reads.iter().enumerate() {
+            let Some(name) = name else {
+                continue;
+            };
+            let done = if k < inputs {
+                (lookahead.record.reads.entry(name).or_default()).push(lookahead.now);
+                let done = lookahead.done.entry(tensor).expect("live tensor");
+                let count = done.or_insert(0);
+                *count += 1;
+                *count as usize
+            } else {
+                0
+            };
+            if lookahead.repeating {
+                let last = lookahead.last.as_ref().expect("repeating a recorded step");
+                let next = last.reads.get(&name).and_then(|at| at.get(done));
+                match next {
+                    Some(&at) => {
+                        self.graph.foresight.next_read.insert(tensor, at);
+                    }
+                    None => {
+                        self.graph.foresight.next_read.remove(tensor);
+                    }
+                }
+            }
+        }
+        lookahead.now = lookahead.now.saturating_add(cost);
+    }
+}
