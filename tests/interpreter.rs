@@ -791,7 +791,6 @@ fn marked_steps_let_dtr_next_look_ahead_from_the_last_step() {
     };
     let dtr = run("dtr");
     let next = run("dtr-next");
-    eprintln!("dtr {dtr:?}\ndtr-next {next:?}");
     // With no foresight yet (the first step, and the second, recorded)
     // `dtr-next` is `dtr`.
     assert_eq!(next[..2], dtr[..2]);
