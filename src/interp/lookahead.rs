@@ -60,11 +60,11 @@ impl<B: Backend> Interpreter<B> {
         if !self.heuristic.looks_ahead() || self.foresight_given {
             return None;
         }
+        // The first mark starts the first record: nothing to foresee yet.
+        let first_mark = self.lookahead.is_none();
         let lookahead = self.lookahead.get_or_insert_with(Default::default);
         let informed = lookahead.last.is_some() && lookahead.repeating;
-        let first_record = lookahead.last.is_none() && lookahead.record.times.is_empty();
-        lookahead.last = (!first_record).then(|| std::mem::take(&mut lookahead.record));
-        lookahead.record = StepReads::default();
+        lookahead.last = (!first_mark).then(|| std::mem::take(&mut lookahead.record));
         lookahead.now = 0;
         lookahead.done.clear();
         lookahead.repeating = lookahead.last.is_some();
@@ -118,9 +118,9 @@ impl<B: Backend> Interpreter<B> {
             return;
         }
         let info = &self.graph.nodes[node];
-        let reads: SmallVec<[(TensorId, Option<StepTensor>); 4]> = (info.inputs().iter())
-            .chain(info.live_outputs().collect::<SmallVec<[_; 2]>>().iter())
-            .map(|&t| (t, self.step_tensor(t)))
+        let reads: SmallVec<[(TensorId, Option<StepTensor>); 4]> = (info.inputs().iter().copied())
+            .chain(info.live_outputs())
+            .map(|t| (t, self.step_tensor(t)))
             .collect();
         let inputs = info.inputs().len();
         let cost = info.cost();
