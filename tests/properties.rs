@@ -729,8 +729,9 @@ proptest! {
     /// recorded, then replayed looking ahead under a budget (counting
     /// bytes, in an arena, where it evicts windows, and in a compacting
     /// arena), the live tensors pinned at the end (resident ones first, or
-    /// in order). Where the replay completes, it reads the unbounded
-    /// replay's values, bit for bit, within the budget.
+    /// in order), recomputing or swapping (where prefetch, too, looks
+    /// ahead). Where the replay completes, it reads the unbounded replay's
+    /// values, bit for bit, within the budget.
     #[test]
     fn looking_ahead_replays_match_the_unbounded_run(
         program in prop::collection::vec(step(), 1..80),
@@ -742,6 +743,8 @@ proptest! {
         ]),
         guarded in any::<bool>(),
         pinned_first in any::<bool>(),
+        restore in prop::sample::select(vec![RestoreMode::Drop, RestoreMode::Swap, RestoreMode::Hybrid]),
+        bandwidth in prop::sample::select(vec![1e8, 4e9, 1e12]),
     ) {
         let buffer = SharedBuffer::default();
         let mut recorded = Runner::prepared(Config::default(), |dtr| {
@@ -770,6 +773,8 @@ proptest! {
             .with_kept_needed_history(guarded)
             .with_remat_memory_guard(guarded)
             .with_resident_pinned_first(pinned_first)
+            .with_restore(restore)
+            .with_swap(SwapConfig { bandwidth, host_memory: None })
             .with_budget_bytes(budget);
         let mut bounded = Interpreter::new(CpuBackend::new(), config).unwrap();
         let observed = replay::replay(&trace, &mut bounded, replay::Kernels::Execute).unwrap();

@@ -242,6 +242,74 @@ fn a_copy_needed_now_takes_the_queue_from_a_prefetch() {
     assert_eq!(dtr.memory().host_bytes, 0);
 }
 
+/// Where the program's future is known (a replay; here told by hand)
+/// and `hybrid` lets a heuristic that looks ahead choose the victims,
+/// prefetch brings back the swapped-out storage read soonest, not the one
+/// made last, and the heuristic, not a rule, decides whether an unread
+/// prefetch gives its room back: it keeps one read soon.
+#[test]
+fn with_foresight_the_storage_read_soonest_comes_back_first_and_stays() {
+    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
+    let config = swapping(RestoreMode::Hybrid, 4 * BYTES, 1e9).with_heuristic("dtr-next");
+    let mut dtr = Interpreter::new(
+        CpuBackend::new(),
+        config.with_budget(dtr::Budget::Unbounded),
+    )
+    .unwrap();
+    let x = dtr.put(&values, &[N]).unwrap();
+    dtr.set_budget_bytes(Some(4 * BYTES));
+    dtr.set_program_time(0);
+    // Write-back: `a` is copied by 9097, `b` by 14097, `c` by 19097.
+    let a = exp(&mut dtr, x, 5000);
+    let b = exp(&mut dtr, a, 5000);
+    let c = exp(&mut dtr, b, 5000);
+    // The program reads `a` next at 100,000 and `b` at 200,000, after `b`
+    // was made though it was made later: a backward pass that is not the
+    // forward pass reversed. `c` it reads at once.
+    dtr.set_program_time(15_000);
+    dtr.set_next_read(a, Some(100_000));
+    dtr.set_next_read(b, Some(200_000));
+    dtr.set_next_read(c, Some(15_000));
+    // `d` needs room: `b`, read last, goes; `e` needs room again (`d` is
+    // its input): `a` goes, since `c` is read now. Both copies were done.
+    let d = exp(&mut dtr, c, 5000);
+    assert!(!dtr.is_resident(b).unwrap());
+    dtr.set_next_read(d, Some(30_000));
+    let e = exp(&mut dtr, d, 5000);
+    assert!(!dtr.is_resident(a).unwrap());
+    assert_eq!(dtr.stats().swap_outs, 2);
+    assert_eq!(dtr.stats().swap_stall, 0);
+    // Freeing `e` makes room for one: `a`, read sooner, comes back (made
+    // last, `b` would have without foresight).
+    dtr.set_next_read(e, None);
+    dtr.del(e).unwrap();
+    assert_eq!(dtr.stats().prefetches, 1);
+    assert!(dtr.is_resident(a).unwrap() && !dtr.is_resident(b).unwrap());
+    // Memory is full; `g` needs room. The unread prefetch `a` is read at
+    // 100,000, `c` never again: `c` goes and `a` stays.
+    dtr.set_next_read(c, None);
+    let g = exp(&mut dtr, d, 100);
+    assert!(dtr.is_resident(a).unwrap());
+    assert!(!dtr.is_resident(c).unwrap());
+    assert_eq!(dtr.stats().rematerializations, 0);
+    assert!(dtr.memory().peak_bytes <= 4 * BYTES);
+    dtr.check_invariants().unwrap();
+
+    let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
+    let ux = unbounded.put(&values, &[N]).unwrap();
+    let ua = exp(&mut unbounded, ux, 5000);
+    let ub = exp(&mut unbounded, ua, 5000);
+    let uc = exp(&mut unbounded, ub, 5000);
+    let ud = exp(&mut unbounded, uc, 5000);
+    let ug = exp(&mut unbounded, ud, 100);
+    for (ours, theirs) in [(a, ua), (b, ub), (g, ug)] {
+        assert_eq!(
+            dtr.get_value(ours).unwrap(),
+            unbounded.get_value(theirs).unwrap()
+        );
+    }
+}
+
 /// A chain under a budget of three tensors, read back from the start:
 /// every early link must come back.
 fn chain<B: Backend>(dtr: &mut Interpreter<B>, cost: u64) -> Vec<Vec<f32>> {
