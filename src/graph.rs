@@ -356,11 +356,17 @@ impl Graph {
     /// in the program's time (see [`Foresight`]); `None` when it never does
     /// or no replay said.
     pub fn until_next_read(&self, storage: StorageId) -> Option<u64> {
+        self.next_read(storage)
+            .map(|at| at.saturating_sub(self.foresight.now))
+    }
+
+    /// When, in the program's time, it next reads one of `storage`'s
+    /// tensors; `None` when it never does or no replay said.
+    pub fn next_read(&self, storage: StorageId) -> Option<u64> {
         let foresight = &self.foresight;
         (self.storages[storage].tensors.iter())
-            .filter_map(|&t| foresight.next_read.get(t))
+            .filter_map(|&t| foresight.next_read.get(t).copied())
             .min()
-            .map(|&at| at.saturating_sub(foresight.now))
     }
 
     /// `clock − last_access`.

@@ -21,7 +21,6 @@ mod size;
 mod summary;
 
 pub use pool::{Bounds, Candidate, CandidatePool, PoolOrder};
-pub(crate) use region::{Direction, RegionWalker};
 pub use search::{CandidateSearch, Sampling};
 pub use summary::{BoundClock, HeldThreshold, Summaries, Summary};
 
