@@ -1,6 +1,8 @@
-"""``python -m dtr.torch.bench --quick`` runs end to end, its dtr rows bitwise equal to stock."""
+"""``python -m dtr.torch.bench --quick`` runs end to end, its dtr rows bitwise equal to stock,
+with and without marked steps."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -23,3 +25,20 @@ def test_quick_benchmark_runs_every_model_and_row():
     assert "bitwise" in result.stdout
     assert "added cost per ATen op under budget(None)" in result.stdout
     assert "a dispatch mode that only runs each op adds" in result.stdout
+
+
+def test_marked_steps_follow_plans_and_stay_bitwise(tmp_path):
+    out = tmp_path / "rows.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "dtr.torch.bench", "--quick", "--models", "lstm", "--steps", "3",
+         "--ratios", "0.5", "--mark-steps", "--heuristic", "dtr-next", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {row["row"]: row for row in json.loads(out.read_text())["rows"]}
+    budgeted = rows["dtr 0.5× peak"]
+    assert budgeted["bitwise"], budgeted
+    assert budgeted["heuristic"] == "dtr-next" and budgeted["mark_steps"]
+    # Marked after the warm-up and each measured step: under dtr-next the
+    # step after the recorded one looks ahead, and the last follows its plan.
+    assert budgeted["planned_steps"] >= 1, budgeted
+    assert budgeted["rematerializations"] > 0, budgeted

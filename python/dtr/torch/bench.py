@@ -33,6 +33,7 @@ cuDNN's deterministic kernels): else stock PyTorch does not reproduce itself.
     python -m dtr.torch.bench                          # all three models, CPU
     python -m dtr.torch.bench --models lstm --steps 5 --json lstm.json
     python -m dtr.torch.bench --quick                  # tiny sizes: a smoke test
+    python -m dtr.torch.bench --models lstm --mark-steps --heuristic dtr-next
 
 Exits non-zero when a row under dtr (the unmodified model) is not bitwise
 equal to stock or exceeds its budget, or when a case fails; a budget dtr
@@ -249,7 +250,7 @@ def _first_difference(mine: dict, stock: dict) -> Optional[str]:
 
 def _stats_delta(after: dict, before: dict) -> dict:
     """The session's figures for the measured steps alone."""
-    fields = ("evictions", "rematerializations", "remat_seconds", "ops")
+    fields = ("evictions", "rematerializations", "remat_seconds", "ops", "planned_steps")
     return {field: after[field] - before[field] for field in fields}
 
 
@@ -283,12 +284,17 @@ def run_case(case: dict) -> dict:
     record: Dict[str, list] = {"losses": [], "grads": []}
 
     cpu_times: List[float] = []
+    limit = case["limit"]
+    session = None if limit == "stock" else dtr.torch.budget(
+        limit, heuristic=case["heuristic"], device=device)
 
     def step(batch) -> float:
         start, cpu_start = time.perf_counter(), time.process_time()
         loss = work.loss(model, batch)
         loss.backward()
         optimizer.step()
+        if session is not None and case["mark_steps"]:
+            session.mark_step()
         sync()
         seconds = time.perf_counter() - start
         cpu_times.append(time.process_time() - cpu_start)
@@ -298,9 +304,6 @@ def run_case(case: dict) -> dict:
         optimizer.zero_grad()
         return seconds
 
-    limit = case["limit"]
-    session = None if limit == "stock" else dtr.torch.budget(
-        limit, heuristic=case["heuristic"], device=device)
     result: Dict[str, Any] = {"description": work.description}
     torch.manual_seed(1)  # the same dropout masks in every row
     try:
@@ -432,7 +435,7 @@ class Children:
 def bench_model(name: str, args: argparse.Namespace, reference: Path) -> List[dict]:
     """Every row of one model, in order; later budgets come from earlier rows' peaks."""
     base = dict(model=name, device=args.device, heuristic=args.heuristic, steps=args.steps,
-                quick=args.quick, reference=str(reference), save_reference=False)
+                mark_steps=args.mark_steps, quick=args.quick, reference=str(reference), save_reference=False)
     children = Children(reuse=args.quick)
     rows: List[dict] = []
 
@@ -544,6 +547,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         default=[0.7, 0.5, 0.4], help="budgets, as fractions of the tracked peak")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--heuristic", default="dtr")
+    parser.add_argument("--mark-steps", action="store_true",
+                        help="end every step with session.mark_step(): later steps follow plans")
     parser.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
     parser.add_argument("--json", metavar="PATH", help="also save every row here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
