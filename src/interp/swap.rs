@@ -75,8 +75,9 @@ pub(super) struct CopyQueue {
     /// With each, its key in `by_next_read`, if it has one.
     swapped_out: BTreeMap<u64, (StorageId, Option<u64>)>,
     /// The same, where the program's future is known, by when the program
-    /// next reads each (then by birth). A storage's next read does not move
-    /// while it is evicted (reading it restores it); entries are checked
+    /// next reads each (then by birth): every entry is also in
+    /// `swapped_out`, with its key. A storage's next read moves while it is
+    /// evicted only when a new step's foresight begins; entries are checked
     /// when read, like `swapped_out`'s.
     by_next_read: BTreeMap<(u64, u64), StorageId>,
     /// Prefetched storages no op has read yet, with when their transfer
@@ -92,11 +93,16 @@ impl CopyQueue {
     /// Forgets a storage the graph no longer has.
     pub(super) fn forget(&mut self, storage: StorageId) {
         if let Some(born) = self.born.remove(storage) {
-            if let Some((_, Some(at))) = self.swapped_out.remove(&born) {
-                self.by_next_read.remove(&(at, born));
-            }
+            self.unlist(born);
         }
         self.unread.remove(storage);
+    }
+
+    /// Takes the storage made `born`th off the lists prefetch reads.
+    fn unlist(&mut self, born: u64) {
+        if let Some((_, Some(at))) = self.swapped_out.remove(&born) {
+            self.by_next_read.remove(&(at, born));
+        }
     }
 }
 
@@ -322,13 +328,17 @@ impl<B: Backend> Interpreter<B> {
             let next_read = (self.victims_looking_ahead())
                 .then(|| self.graph.next_read(storage))
                 .flatten();
-            if let Some((_, Some(old))) = self.copies.swapped_out.insert(born, (storage, next_read))
-            {
-                self.copies.by_next_read.remove(&(old, born));
-            }
-            if let Some(at) = next_read {
-                self.copies.by_next_read.insert((at, born), storage);
-            }
+            self.copies.unlist(born);
+            self.note_swapped_out(storage, born, next_read);
+        }
+    }
+
+    /// Lists `storage` (made `born`th) for prefetch, by its `next_read`
+    /// too when it has one.
+    fn note_swapped_out(&mut self, storage: StorageId, born: u64, next_read: Option<u64>) {
+        self.copies.swapped_out.insert(born, (storage, next_read));
+        if let Some(at) = next_read {
+            self.copies.by_next_read.insert((at, born), storage);
         }
     }
 
@@ -359,19 +369,28 @@ impl<B: Backend> Interpreter<B> {
                 break;
             };
             if !self.prefetchable(storage) {
-                self.copies.swapped_out.remove(&born);
+                self.copies.unlist(born);
                 continue;
             }
-            let bytes = self.graph.storages[storage].bytes;
-            if self.table.counter().in_use_bytes().saturating_add(bytes) > budget {
-                break;
-            }
-            let Some(blocks) = self.table.reserve(&[bytes]) else {
+            let Some(block) = self.room_for_prefetch(storage, budget) else {
                 break;
             };
-            self.copies.swapped_out.remove(&born);
-            self.start_prefetch(storage, blocks[0]);
+            self.copies.unlist(born);
+            self.start_prefetch(storage, block);
         }
+    }
+
+    /// A block for `storage` in memory nothing else uses, if there is one.
+    fn room_for_prefetch(
+        &mut self,
+        storage: StorageId,
+        budget: u64,
+    ) -> Option<crate::memory::Block> {
+        let bytes = self.graph.storages[storage].bytes;
+        if self.table.counter().in_use_bytes().saturating_add(bytes) > budget {
+            return None;
+        }
+        Some(self.table.reserve(&[bytes])?[0])
     }
 
     /// Whether `storage` is evicted with a complete host copy.
@@ -394,41 +413,31 @@ impl<B: Backend> Interpreter<B> {
     /// recomputations of others stays out: counting those reads changed
     /// no overhead on the authors' logs). Nothing gives way to it, and
     /// nothing gives it room back first: the heuristic, which sees it is
-    /// read soon, decides. Measured on the authors' logs against the storage made
-    /// last, with unread prefetches the first victims (`--restore hybrid`
-    /// under `dtr-next` at 0.3 of the peak and 16 GB/s): DenseNet-121
-    /// 1.197 → 1.154, InceptionV4 1.153 → 1.122.
+    /// read soon, decides. Measured on the authors' logs against the
+    /// storage made last, with unread prefetches the first victims
+    /// (`--restore hybrid` under `dtr-next` at 0.3 of the peak and 16
+    /// GB/s): DenseNet-121 1.197 → 1.154, InceptionV4 1.153 → 1.122.
     fn prefetch_by_foresight(&mut self, budget: u64) {
         while self.copies.to_device_until <= self.graph.clock {
             let Some((&(at, born), &storage)) = self.copies.by_next_read.first_key_value() else {
                 return;
             };
-            let next_read = self
-                .graph
-                .storages
-                .get(storage)
-                .and_then(|_| self.graph.next_read(storage));
-            if !self.prefetchable(storage) || next_read != Some(at) {
-                self.copies.by_next_read.remove(&(at, born));
-                let still = next_read.filter(|_| self.prefetchable(storage));
-                if let Some(at) = still {
-                    self.copies.by_next_read.insert((at, born), storage);
-                }
-                if let Some(entry) = self.copies.swapped_out.get_mut(&born) {
-                    entry.1 = still;
-                }
+            if !self.prefetchable(storage) {
+                self.copies.unlist(born); // it came back otherwise, or is gone
                 continue;
             }
-            let bytes = self.graph.storages[storage].bytes;
-            if self.table.counter().in_use_bytes().saturating_add(bytes) > budget {
-                return;
+            let next_read = self.graph.next_read(storage);
+            if next_read != Some(at) {
+                // A new step's foresight moved it.
+                self.copies.unlist(born);
+                self.note_swapped_out(storage, born, next_read);
+                continue;
             }
-            let Some(blocks) = self.table.reserve(&[bytes]) else {
+            let Some(block) = self.room_for_prefetch(storage, budget) else {
                 return;
             };
-            self.copies.by_next_read.remove(&(at, born));
-            self.copies.swapped_out.remove(&born);
-            self.start_prefetch(storage, blocks[0]);
+            self.copies.unlist(born);
+            self.start_prefetch(storage, block);
         }
     }
 
