@@ -571,3 +571,76 @@ fn a_near_full_budget_completes_by_swapping_constants() {
         );
     }
 }
+
+/// `z = p + q` where `p = exp(exp(x))` and `q = exp(exp(x)) + exp(exp(x))`,
+/// every op 100 ns against 4096 ns transfers, so `hybrid` would recompute.
+/// Made under a roomy budget, written back, then evicted; `x` stays (put
+/// before the budget, never copied: host memory holds only the eight op
+/// outputs). Returns `z` and its value.
+fn diamond<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, TensorId) {
+    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
+    let config = Config::default()
+        .with_restore(restore)
+        .with_swap(SwapConfig {
+            bandwidth: 1e9,
+            host_memory: Some(8 * BYTES),
+        })
+        // Surrendering held inputs could let recomputation fit here, at the
+        // price of recomputing them again; off, recomputing needs five
+        // tensors of room.
+        .with_lock_relaxation(false);
+    let mut dtr = Interpreter::new(backend, config).unwrap();
+    let x = dtr.put(&values, &[N]).unwrap();
+    dtr.set_budget_bytes(Some(100 * BYTES));
+    let twice = |dtr: &mut Interpreter<B>| {
+        let first = exp(dtr, x, 100);
+        (first, exp(dtr, first, 100))
+    };
+    let (p1, p) = twice(&mut dtr);
+    let (q1a, q1) = twice(&mut dtr);
+    let (q2a, q2) = twice(&mut dtr);
+    let add = |dtr: &mut Interpreter<B>, a, b| {
+        dtr.apply_op_with_cost(Op::Binary(dtr::BinaryOp::Add), &[a, b], 100)
+            .unwrap()[0]
+    };
+    let q = add(&mut dtr, q1, q2);
+    let z = add(&mut dtr, p, q);
+    // A long op lets the queue finish writing the eight back.
+    let wait = exp(&mut dtr, x, 100_000);
+    dtr.del(wait).unwrap();
+    let made = [p1, p, q1a, q1, q2a, q2, q, z];
+    // Room for x alone until the end, so nothing is prefetched meanwhile.
+    dtr.set_budget_bytes(Some(BYTES));
+    for &t in &made {
+        assert!(dtr.evict_now(t).unwrap());
+    }
+    for &t in &made[..7] {
+        dtr.del(t).unwrap();
+    }
+    assert_eq!(dtr.memory().in_use_bytes, BYTES, "only x is resident");
+    // Room for x and three more: copying p and q back and running `p + q`
+    // fits; recomputing needs four more at once (p, q1, q2a and q2 while
+    // q2 runs), since `p` and `q1` stay locked while `q2`'s chain runs.
+    dtr.set_budget_bytes(Some(4 * BYTES));
+    (dtr, z)
+}
+
+#[test]
+fn a_recomputation_that_cannot_fit_is_retried_from_host_copies() {
+    let (mut unbounded, z) = diamond(CpuBackend::new(), RestoreMode::Drop);
+    unbounded.set_budget_bytes(None);
+    let expected = unbounded.get_value(z).unwrap();
+
+    // Dropping, nothing can restore it: an error that leaves all as it was.
+    let (mut dropping, z) = diamond(CpuBackend::new(), RestoreMode::Drop);
+    let error = dropping.get_value(z).unwrap_err();
+    assert!(matches!(error, Error::OutOfMemory { .. }), "{error}");
+    dropping.check_invariants().unwrap();
+
+    let (mut dtr, z) = diamond(CpuBackend::new(), RestoreMode::Hybrid);
+    assert_eq!(dtr.get_value(z).unwrap(), expected);
+    // The first try recomputed p's chain and part of q's; the second copied q back.
+    assert!(dtr.stats().swap_ins >= 1, "{:?}", dtr.stats());
+    assert!(dtr.memory().in_use_bytes <= 4 * BYTES);
+    dtr.check_invariants().unwrap();
+}

@@ -43,7 +43,24 @@ impl<B: Backend> Interpreter<B> {
     /// needed. `first_run` marks a user's new op (it counts as baseline
     /// compute, not as rematerialisation). On error every lock taken here is
     /// released, and whatever was recomputed stays resident and evictable.
+    ///
+    /// Under `hybrid`, a rematerialisation that runs out of memory is tried
+    /// once more restoring from host copies every input that has one (see
+    /// [`Self::may_retry_from_host_copies`]).
     pub(super) fn materialize(&mut self, root: NodeId, first_run: bool) -> Result<()> {
+        match self.materialize_once(root, first_run) {
+            Err(Error::OutOfMemory { .. }) if self.may_retry_from_host_copies() => {
+                tracing::debug!(target: "dtr::swap", "out of memory recomputing; trying again from host copies");
+                self.copies.prefer_host_copies = true;
+                let retried = self.materialize_once(root, first_run);
+                self.copies.prefer_host_copies = false;
+                retried
+            }
+            other => other,
+        }
+    }
+
+    fn materialize_once(&mut self, root: NodeId, first_run: bool) -> Result<()> {
         let mut stack = vec![self.begin(root)];
         while let Some(top) = stack.len().checked_sub(1) {
             match self.lock_defined_inputs(&mut stack[top]) {

@@ -87,6 +87,9 @@ pub(super) struct CopyQueue {
     /// memory is short for what is running, so prefetch waits until the
     /// user's op has run or a tensor is released.
     paused: bool,
+    /// Set while a rematerialisation that ran out of memory is retried
+    /// restoring every storage with a host copy from it.
+    pub(super) prefer_host_copies: bool,
 }
 
 impl CopyQueue {
@@ -117,6 +120,14 @@ impl<B: Backend> Interpreter<B> {
     /// staleness, so prefetch there keeps reading only the past.
     fn victims_looking_ahead(&self) -> bool {
         self.config.restore == RestoreMode::Hybrid && self.graph.foresight.known
+    }
+
+    /// Whether a rematerialisation that ran out of memory may be tried
+    /// again restoring from host copies what `hybrid` chose to recompute:
+    /// a copy brings back one storage, where a recomputation may hold a
+    /// whole chain of inputs at once.
+    pub(super) fn may_retry_from_host_copies(&self) -> bool {
+        self.config.restore == RestoreMode::Hybrid && !self.copies.prefer_host_copies
     }
 
     /// Whether some prefetched storage has not been read yet.
@@ -270,6 +281,9 @@ impl<B: Backend> Interpreter<B> {
             return false;
         }
         if !self.graph.storages[storage].recomputable {
+            return true;
+        }
+        if self.copies.prefer_host_copies {
             return true;
         }
         match self.config.restore {
