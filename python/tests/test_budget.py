@@ -146,6 +146,23 @@ def test_training_under_a_budget_is_bitwise_equal(name):
         assert stats["evictions"] > 0 and stats["rematerializations"] > 0, stats
 
 
+def test_budgets_do_not_nest_and_the_outer_one_still_trains_bitwise():
+    # Two sessions that both evict would recompute each other's evicted
+    # storages from stale buffers: entering the second is refused.
+    model, make_optimizer, batches, loss = mlp()
+    stock = train(model, make_optimizer, batches, loss)
+    peak = train(model, make_optimizer, batches, loss, limit=None)[3].stats()["peak_bytes"]
+    with dtr_torch.budget(int(peak * 0.5)) as outer:
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with dtr_torch.budget(int(peak * 0.4)):
+                pass
+        with dtr_torch.budget(None) as watching:  # tracking only: allowed
+            run = train(model, make_optimizer, batches, loss)
+    assert_bitwise(stock, run)
+    assert outer.stats()["evictions"] > 0 and outer.stats()["rematerializations"] > 0
+    assert watching.stats()["evictions"] >= 0
+
+
 def test_a_session_runs_on_a_thread_other_than_its_makers():
     """On CUDA, PyTorch runs the backward pass on its own device thread and
     the session's dispatch mode follows it there, so the engine is called

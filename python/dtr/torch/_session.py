@@ -352,6 +352,14 @@ class Session:
     def __enter__(self) -> "Session":
         if self._engine is None:
             raise RuntimeError("a dtr session cannot be entered twice")
+        if self.budget_bytes is not None and any(
+                isinstance(mode, _Mode) and mode.session.budget_bytes is not None
+                for mode in _get_current_dispatch_mode_stack()):
+            # Both would evict and recompute the same storages, each
+            # unaware of the other's evictions: wrong values, silently.
+            raise RuntimeError(
+                "dtr.torch.budget: a budget is already in force here and budgets do not "
+                "nest; leave it first (a session without a limit may be nested)")
         if self._trace_path is not None:
             self._engine.record(self._trace_path)
             for tensor in self._keep:
