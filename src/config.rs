@@ -224,6 +224,16 @@ pub struct Config {
     /// their logs must reproduce their numbers. The `dtr` Python package
     /// and replays under `dtr-next` turn it on.
     pub remat_memory_guard: bool,
+    /// Storages smaller than this are never the policy's victims: they stay
+    /// resident while held (released ones still go at once, and
+    /// [`Interpreter::evict_now`](crate::Interpreter::evict_now) still
+    /// takes them). Evicting one frees next to nothing, and on
+    /// PyTorch's CPU some kernels read small index tensors (a packed
+    /// sequence's `batch_sizes`, `tensor_split`'s indices) directly from
+    /// memory, outside any op the session sees, so they must stay. MegEngine's
+    /// DTR has the same floor. 0 (every storage may go) by default; the `dtr`
+    /// Python package sets it (see `dtr.torch`).
+    pub min_evictable_bytes: u64,
     /// Under eager eviction, keep a released storage resident (an ordinary
     /// eviction candidate, scored by the heuristic) while an evicted tensor
     /// that the user still holds needs it to be recomputed, directly or
@@ -275,6 +285,7 @@ impl Default for Config {
             seed: 0,
             lock_relaxation: true,
             remat_memory_guard: false,
+            min_evictable_bytes: 0,
             keep_needed_history: false,
             pin_resident_first: false,
             restore: RestoreMode::Drop,
@@ -360,6 +371,12 @@ impl Config {
     pub fn with_simulator_conventions(self, follow: bool) -> Config {
         self.with_retained_history(follow)
             .with_lock_relaxation(!follow)
+    }
+
+    /// See [`Config::min_evictable_bytes`].
+    pub fn with_min_evictable_bytes(mut self, bytes: u64) -> Config {
+        self.min_evictable_bytes = bytes;
+        self
     }
 
     /// See [`Config::lock_relaxation`].

@@ -801,3 +801,29 @@ fn marked_steps_let_dtr_next_look_ahead_from_the_last_step() {
     assert!(next[2].0 < dtr[2].0, "dtr-next {next:?}, dtr {dtr:?}");
     assert_eq!(next[3].0, next[2].0);
 }
+
+/// Storages under `min_evictable_bytes` are never the policy's victims:
+/// under LRU the stalest, a tiny one, goes first without the floor and
+/// stays with it. Asked for, it is evicted either way.
+#[test]
+fn storages_under_the_floor_are_never_the_policys_victims() {
+    for floor in [0, 1024] {
+        let config = Config::default()
+            .with_heuristic("lru")
+            .with_budget_bytes(3 * 4096 + 16)
+            .with_min_evictable_bytes(floor);
+        let mut dtr = interpreter(config);
+        let x = dtr.put(&[1.0; 1024], &[1024]).unwrap();
+        let tiny = fill1(&mut dtr, 2.0); // 4 bytes, the stalest
+        let small = add_scalar(&mut dtr, x, 1.0); // 4096 bytes each
+        let a = add_scalar(&mut dtr, small, 1.0);
+        // A fourth 4096-byte tensor fits only once `small` goes.
+        let b = add_scalar(&mut dtr, a, 1.0);
+        assert_eq!(dtr.is_resident(tiny).unwrap(), floor > 0, "floor {floor}");
+        assert!(!dtr.is_resident(small).unwrap());
+        assert_eq!(dtr.get_value(b).unwrap(), vec![4.0; 1024]);
+        assert_eq!(dtr.get_value(tiny).unwrap(), vec![2.0]);
+        assert!(dtr.evict_now(tiny).unwrap());
+        dtr.check_invariants().unwrap();
+    }
+}

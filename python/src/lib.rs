@@ -208,20 +208,24 @@ impl Engine {
     /// `host` has `execute(call, buffers) -> list` and `release(buffer)`.
     /// `remat_memory_guard`: evict last what could not be rematerialised
     /// within the budget (see `dtr::Config::remat_memory_guard`).
+    /// `min_evictable_bytes`: smaller storages are never evicted (see
+    /// `dtr::Config::min_evictable_bytes`).
     #[new]
-    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0, remat_memory_guard=true))]
+    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0, remat_memory_guard=true, min_evictable_bytes=0))]
     fn new(
         host: Py<PyAny>,
         budget_bytes: Option<u64>,
         heuristic: &str,
         seed: u64,
         remat_memory_guard: bool,
+        min_evictable_bytes: u64,
     ) -> PyResult<Self> {
         let config = Config::default()
             .with_heuristic(heuristic)
             .with_seed(seed)
             .with_budget(budget_bytes.into())
-            .with_remat_memory_guard(remat_memory_guard);
+            .with_remat_memory_guard(remat_memory_guard)
+            .with_min_evictable_bytes(min_evictable_bytes);
         let backend = TorchBackend {
             host,
             ran: None,

@@ -38,7 +38,7 @@ def same(expected, actual, where="result"):
         assert expected == actual, f"{where}: {expected!r} != {actual!r}"
 
 
-def check(program, limit=6 * MiB, remats=True):
+def check(program, limit=6 * MiB, remats=True, heuristic="dtr"):
     """Runs `program()` stock and under `budget(limit)` from the same seed;
     returns the session."""
     gc.collect()  # storages in cycles die at collections: let none fall inside
@@ -46,7 +46,7 @@ def check(program, limit=6 * MiB, remats=True):
     expected = program()
     expected_after = torch.rand(4)
     torch.manual_seed(0)
-    with dtr_torch.budget(limit) as session:
+    with dtr_torch.budget(limit, heuristic=heuristic) as session:
         actual = program()
         session.check()
     actual_after = torch.rand(4)
@@ -123,6 +123,38 @@ def test_dlpack_functions_of_storages_evicted_inside_the_context():
         return [t.clone() for t in shared], more[-1].sum().item()
 
     check(program, limit=10 * MiB)
+
+
+def test_kernels_that_read_small_index_tensors_from_memory():
+    """`pad_packed_sequence`, the backward of `pack_padded_sequence` and
+    `tensor_split` by an index tensor read those index tensors in C++,
+    inside ops that decompose before the session sees them: small storages
+    are never evicted. (LRU would take them first, the stalest; they were
+    read evicted, "data is not allocated yet".)"""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    def packed(requires_grad):
+        x = torch.randn(64, 40, 256, requires_grad=requires_grad)
+        lengths = torch.randint(5, 41, (64,))
+        return x, pack_padded_sequence(x * 2, lengths, batch_first=True, enforce_sorted=False)
+
+    def pad():
+        _, sequence = packed(False)
+        data = pressure(sequence.data)[-1]  # `batch_sizes` is the stalest now
+        return pad_packed_sequence(sequence._replace(data=data), batch_first=True)
+
+    def pack_backward():
+        x, sequence = packed(True)
+        sum(t.sum() for t in pressure(sequence.data)).backward()
+        return x.grad
+
+    def split():
+        index = torch.tensor([100, 300]) * 1  # made inside: recomputable
+        parts = torch.tensor_split(pressure(torch.randn(512, 1024))[-1], index, dim=0)
+        return [part.sum() for part in parts]
+
+    for program, limit in ((pad, 10 * MiB), (pack_backward, 11 * MiB), (split, 10 * MiB)):
+        check(program, limit=limit, heuristic="lru", remats=False)
 
 
 def test_host_reads_of_evicted_storages_through_the_storage_itself():

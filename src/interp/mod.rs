@@ -138,7 +138,10 @@ impl<B: Backend> Interpreter<B> {
             Config::validate_move_bandwidth(config.move_bandwidth)?;
         }
         let heuristic = policy.build(config.seed);
-        let mut table = StorageTable::new(Memory::new(config.memory, budget_bytes));
+        let mut table = StorageTable::new(
+            Memory::new(config.memory, budget_bytes),
+            config.min_evictable_bytes,
+        );
         table.keep_summaries(config.sampling == crate::policy::Sampling::Sqrt);
         // An exact search visits candidates in the heuristic's order, when
         // it has one (`swap` scores by its own cost, in pool order).
@@ -450,7 +453,7 @@ impl<B: Backend> Interpreter<B> {
             .get(tensor)
             .ok_or_else(|| Error::UnknownTensor(format!("{tensor:?}")))?
             .storage;
-        if !self.table.pool().contains(storage) {
+        if !self.table.can_evict(&self.graph, storage) {
             return Ok(false);
         }
         self.evict(storage, false, None);

@@ -84,7 +84,7 @@ impl<B: Backend> Interpreter<B> {
                 .tensors
                 .iter()
                 .all(|&t| self.graph.tensors[t].user_refs == 0);
-        if unreferenced && self.table.pool().contains(storage) {
+        if unreferenced && self.table.can_evict(&self.graph, storage) {
             self.evict(storage, true, None);
         }
     }

@@ -206,7 +206,7 @@ impl<B: Backend> Interpreter<B> {
         for root in planned.victims {
             let storage = self.graph.tensors.get(root).map(|t| t.storage);
             match storage {
-                Some(storage) if self.table.pool().contains(storage) => {
+                Some(storage) if self.table.can_evict(&self.graph, storage) => {
                     self.evict(storage, false, None)
                 }
                 _ => return Err(broken(format!("victim {root:?} is not evictable"))),

@@ -263,7 +263,7 @@ impl<B: Backend> Interpreter<B> {
             // One already evicted, or in use now, is passed over: if the
             // room falls short for it, the repair makes up the difference.
             if let Some(storage) = self.step_victim_storage(victim) {
-                if self.table.pool().contains(storage) {
+                if self.table.can_evict(&self.graph, storage) {
                     self.evict(storage, false, None);
                     self.step_victim(storage);
                 }

@@ -67,6 +67,8 @@ pub(super) struct StorageTable<B: Backend> {
     host_peak_bytes: u64,
     /// Every allocation's lifetime, when recording for a static plan.
     log: Option<AllocationLog>,
+    /// Smaller storages are never candidates ([`crate::Config::min_evictable_bytes`]).
+    min_evictable_bytes: u64,
 }
 
 /// The lifetimes of a run's allocations. Time counts reservations: the
@@ -97,7 +99,7 @@ impl AllocationLog {
 }
 
 impl<B: Backend> StorageTable<B> {
-    pub(super) fn new(memory: Memory) -> StorageTable<B> {
+    pub(super) fn new(memory: Memory, min_evictable_bytes: u64) -> StorageTable<B> {
         StorageTable {
             memory,
             slots: SecondaryMap::new(),
@@ -109,6 +111,7 @@ impl<B: Backend> StorageTable<B> {
             host_bytes: 0,
             host_peak_bytes: 0,
             log: None,
+            min_evictable_bytes,
         }
     }
 
@@ -438,6 +441,18 @@ impl<B: Backend> StorageTable<B> {
 
     /// Puts a storage in or out of the candidate pool as its state says
     /// (after it stops or starts being recomputable, say).
+    /// Whether `storage` can be evicted now: resident, able to come back,
+    /// held by no op and no pin. The policy's candidates are these, less
+    /// those under [`crate::Config::min_evictable_bytes`]; evictions that
+    /// are not the policy's (eager ones, asked for, planned) take any.
+    pub(super) fn can_evict(&self, graph: &Graph, storage: StorageId) -> bool {
+        let (Some(info), Some(slot)) = (graph.storages.get(storage), self.slots.get(storage))
+        else {
+            return false;
+        };
+        info.is_resident() && self.restorable(graph, storage) && slot.locks == 0 && slot.pins == 0
+    }
+
     pub(super) fn refresh_candidacy(&mut self, graph: &Graph, storage: StorageId) {
         let info = &graph.storages[storage];
         let restorable = self.restorable(graph, storage);
@@ -452,7 +467,8 @@ impl<B: Backend> StorageTable<B> {
             self.constant_bytes += held;
             self.constant_peak_bytes = self.constant_peak_bytes.max(self.constant_bytes);
         }
-        if info.is_resident() && restorable && slot.locks == 0 && slot.pins == 0 {
+        let evictable = info.bytes >= self.min_evictable_bytes;
+        if info.is_resident() && restorable && evictable && slot.locks == 0 && slot.pins == 0 {
             self.pool.insert(storage, held, info);
         } else {
             self.pool.remove(storage);
@@ -604,7 +620,10 @@ impl<B: Backend> StorageTable<B> {
             if slot.constant != (info.is_resident() && !info.recomputable) {
                 return Err(format!("{id:?} is miscounted as a constant"));
             }
-            let evictable = info.is_resident() && self.restorable(graph, id) && slot.pins == 0;
+            let evictable = info.is_resident()
+                && self.restorable(graph, id)
+                && info.bytes >= self.min_evictable_bytes
+                && slot.pins == 0;
             if evictable != self.pool.contains(id) {
                 return Err(format!(
                     "{id:?} evictable={evictable} but pool membership differs"

@@ -508,7 +508,7 @@ impl<B: Backend> Interpreter<B> {
             .collect();
         let mut until = now;
         for storage in in_flight {
-            if self.table.pool().contains(storage) {
+            if self.table.can_evict(&self.graph, storage) {
                 self.evict(storage, false, None);
             } else {
                 until = until.max(self.copies.unread[storage]);

@@ -237,6 +237,16 @@ _HOST_ACCESS = {"tolist": False, "numpy": True, "__array__": True, "__dlpack__":
 _HOST_ACCESS_FUNCTIONS = ((torch, "to_dlpack"), (torch.utils.dlpack, "to_dlpack"))
 
 
+# Storages under this many bytes are never evicted. Freeing one gains next
+# to nothing, and some of PyTorch's C++ kernels read small index tensors
+# straight from memory, inside ops that decompose before the session sees
+# them: a packed sequence's `batch_sizes` (`pad_packed_sequence`, the
+# backward of `pack_padded_sequence`), `tensor_split`'s index tensor. On
+# CUDA those live on the host, outside the budget; on CPU they would be
+# read evicted. 16 KiB holds the batch sizes of 2,048 time steps.
+_MIN_EVICTABLE_BYTES = 16 * 1024
+
+
 class _HostReads:
     """While a budget session is open, ``torch.Tensor``'s host-access methods
     are wrapped: an evicted storage is made resident before the host reads
@@ -325,7 +335,8 @@ class Session:
         self.budget_bytes = budget_bytes
         self.heuristic = heuristic
         self.device = device
-        self._engine: Optional[_native.Engine] = _native.Engine(self, budget_bytes, heuristic)
+        self._engine: Optional[_native.Engine] = _native.Engine(
+            self, budget_bytes, heuristic, min_evictable_bytes=_MIN_EVICTABLE_BYTES)
         self._slots: Dict[int, _Slot] = {}
         self._slot_of_handle: Dict[int, _Slot] = {}
         self._calls: Dict[int, _Call] = {}
