@@ -439,8 +439,6 @@ impl<B: Backend> StorageTable<B> {
         self.slots[storage].pins > 0
     }
 
-    /// Puts a storage in or out of the candidate pool as its state says
-    /// (after it stops or starts being recomputable, say).
     /// Whether `storage` can be evicted now: resident, able to come back,
     /// held by no op and no pin. The policy's candidates are these, less
     /// those under [`crate::Config::min_evictable_bytes`]; evictions that
@@ -453,6 +451,8 @@ impl<B: Backend> StorageTable<B> {
         info.is_resident() && self.restorable(graph, storage) && slot.locks == 0 && slot.pins == 0
     }
 
+    /// Puts a storage in or out of the candidate pool as its state says
+    /// (after it stops or starts being recomputable, say).
     pub(super) fn refresh_candidacy(&mut self, graph: &Graph, storage: StorageId) {
         let info = &graph.storages[storage];
         let restorable = self.restorable(graph, storage);
