@@ -187,6 +187,13 @@ pub struct Config {
     /// Stop with [`crate::Error::Thrash`] once rematerialisation has cost more
     /// than this (the authors stop at 1× the unbounded run's compute).
     pub remat_limit: Option<u64>,
+    /// Under a budget, stop with [`crate::Error::Thrash`] once
+    /// rematerialisation has cost more than this many times the compute of
+    /// every op's first run so far. Where the program's length is not known
+    /// (the eager and PyTorch APIs), this is what turns a budget too small
+    /// to make progress (recomputing the same history over and over) into
+    /// an error instead of a hang.
+    pub remat_ratio_limit: Option<f64>,
     /// Counting bytes, or placing them in an arena of exactly the budget.
     pub memory: MemoryModel,
     /// Which candidates the victim search scores.
@@ -280,6 +287,7 @@ impl Default for Config {
             record_events: false,
             retain_history: false,
             remat_limit: None,
+            remat_ratio_limit: None,
             memory: MemoryModel::Counter,
             sampling: Sampling::All,
             seed: 0,
@@ -333,6 +341,12 @@ impl Config {
     /// See [`Config::retain_history`].
     pub fn with_retained_history(mut self, retain: bool) -> Config {
         self.retain_history = retain;
+        self
+    }
+
+    /// See [`Config::remat_ratio_limit`].
+    pub fn with_remat_ratio_limit(mut self, ratio: f64) -> Config {
+        self.remat_ratio_limit = Some(ratio);
         self
     }
 

@@ -827,3 +827,35 @@ fn storages_under_the_floor_are_never_the_policys_victims() {
         dtr.check_invariants().unwrap();
     }
 }
+
+/// Under a budget, recomputation that costs more than `remat_ratio_limit`
+/// times the first runs so far stops with `Thrash`, leaving all consistent;
+/// unbounded, nothing is recomputed and nothing is checked.
+#[test]
+fn recomputation_past_the_ratio_limit_is_a_thrash_error() {
+    let run = |ratio: f64| {
+        let config = Config::default()
+            .with_budget_bytes(3 * 4096)
+            .with_remat_ratio_limit(ratio);
+        let mut dtr = interpreter(config);
+        let x = dtr.put(&[1.0; 1024], &[1024]).unwrap();
+        let mut chain = vec![x];
+        for _ in 0..4 {
+            let last = *chain.last().unwrap();
+            chain.push(add_scalar(&mut dtr, last, 1.0)); // costs 1 each: 4 in all
+        }
+        // The first link was evicted for the later ones; reading it reruns one op.
+        assert!(!dtr.is_resident(chain[1]).unwrap());
+        let read = dtr.get_value(chain[1]);
+        dtr.check_invariants().unwrap();
+        read
+    };
+    assert_eq!(run(1.0).unwrap(), vec![2.0; 1024]);
+    let error = run(0.2).unwrap_err(); // 1 > 0.2 × 4
+    assert!(matches!(error, Error::Thrash { limit: 0, .. }), "{error}");
+    let bad = Interpreter::new(
+        CpuBackend::new(),
+        Config::default().with_remat_ratio_limit(-1.0),
+    );
+    assert!(matches!(bad, Err(Error::InvalidArgument(_))));
+}

@@ -190,6 +190,18 @@ impl Engine {
                 *budget_bytes,
                 *in_use_bytes,
             )),
+            // No progress within the budget: as much an out-of-memory as
+            // one no eviction can solve, and handled the same way.
+            Error::Thrash { .. } => {
+                let memory = self.interp().memory();
+                OutOfMemoryError::new_err((
+                    error.to_string(),
+                    "recomputation".to_string(),
+                    0u64,
+                    memory.budget_bytes.unwrap_or(u64::MAX),
+                    memory.in_use_bytes,
+                ))
+            }
             Error::InvalidArgument(_)
             | Error::UnknownTensor(_)
             | Error::UnknownHeuristic { .. } => PyValueError::new_err(error.to_string()),
@@ -211,7 +223,10 @@ impl Engine {
     /// `min_evictable_bytes`: smaller storages are never evicted (see
     /// `dtr::Config::min_evictable_bytes`).
     #[new]
-    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0, remat_memory_guard=true, min_evictable_bytes=0))]
+    /// `remat_ratio_limit`: raise once recomputation has cost this many
+    /// times the ops' first runs (see `dtr::Config::remat_ratio_limit`).
+    #[pyo3(signature = (host, budget_bytes=None, heuristic="dtr", seed=0, remat_memory_guard=true, min_evictable_bytes=0, remat_ratio_limit=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         host: Py<PyAny>,
         budget_bytes: Option<u64>,
@@ -219,13 +234,15 @@ impl Engine {
         seed: u64,
         remat_memory_guard: bool,
         min_evictable_bytes: u64,
+        remat_ratio_limit: Option<f64>,
     ) -> PyResult<Self> {
-        let config = Config::default()
+        let mut config = Config::default()
             .with_heuristic(heuristic)
             .with_seed(seed)
             .with_budget(budget_bytes.into())
             .with_remat_memory_guard(remat_memory_guard)
             .with_min_evictable_bytes(min_evictable_bytes);
+        config.remat_ratio_limit = remat_ratio_limit;
         let backend = TorchBackend {
             host,
             ran: None,

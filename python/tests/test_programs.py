@@ -157,6 +157,42 @@ def test_kernels_that_read_small_index_tensors_from_memory():
         check(program, limit=limit, heuristic="lru", remats=False)
 
 
+def test_a_budget_that_makes_no_progress_raises_instead_of_hanging():
+    """One storage written in place a slice per time step, as `nn.GRU` does
+    on the CPU: every version of it chains the ones before, and under half
+    its peak the backward pass recomputed them without end (millions of
+    recomputations, no op finished). It now raises `dtr.OutOfMemory` once
+    recomputation has cost 50× the ops' first runs; with a slice per
+    storage the same cell trains, bitwise."""
+    def cell(shared):
+        torch.manual_seed(0)
+        steps, w_in, w_h = 20, torch.randn(384, 40) * 0.1, torch.randn(384, 128) * 0.1
+        w_in.requires_grad_(), w_h.requires_grad_()
+        x = torch.randn(steps, 32, 40)
+        if shared:  # one projection for every step, each step's slice written in place
+            projected = (x.view(-1, 40) @ w_in.t()).view(steps, 32, 384).unbind(0)
+        else:
+            projected = [x[t] @ w_in.t() for t in range(steps)]
+        h, hs = torch.zeros(32, 128), []
+        for t in range(steps):
+            ir, iz, i_n = projected[t].unsafe_chunk(3, 1)
+            hr, hz, hn = (h @ w_h.t()).unsafe_chunk(3, 1)
+            r, z = ir.add_(hr).sigmoid_(), iz.add_(hz).sigmoid_()
+            n = i_n.add_(r * hn).tanh_()
+            h = (h - n).mul_(z).add_(n)
+            hs.append(h)
+        torch.stack(hs).square().mean().backward()
+        return w_in.grad, w_h.grad
+
+    with dtr_torch.budget(None) as tracking:
+        cell(True)
+    limit = tracking.stats()["peak_bytes"] * 7 // 10
+    with pytest.raises(dtr.OutOfMemory, match="no progress"):
+        with dtr_torch.budget(limit):
+            cell(True)
+    check(lambda: cell(False), limit=limit)
+
+
 def test_host_reads_of_evicted_storages_through_the_storage_itself():
     """`torch.save`, `copy.deepcopy` and a storage handed out read memory without an op."""
     def program():

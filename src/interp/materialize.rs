@@ -165,8 +165,17 @@ impl<B: Backend> Interpreter<B> {
     }
 
     fn check_thrash(&mut self) -> Result<()> {
-        let budget_cost = self.observers.stats.budget_cost();
-        match self.config.remat_limit {
+        let stats = &self.observers.stats;
+        let budget_cost = stats.budget_cost();
+        let budgeted = self.table.counter().budget_bytes().is_some();
+        let by_ratio = (self.config.remat_ratio_limit)
+            .filter(|_| budgeted)
+            .map(|ratio| (ratio * stats.baseline_compute as f64) as u64);
+        let limit = match (self.config.remat_limit, by_ratio) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match limit {
             Some(limit) if budget_cost > limit => {
                 let event = RunEvent::Thrashing { budget_cost, limit };
                 self.observers.notify(&event, &self.graph);

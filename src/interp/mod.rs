@@ -137,6 +137,14 @@ impl<B: Backend> Interpreter<B> {
         if let crate::memory::MemoryModel::CompactingArena { .. } = config.memory {
             Config::validate_move_bandwidth(config.move_bandwidth)?;
         }
+        if let Some(ratio) = config
+            .remat_ratio_limit
+            .filter(|r| !(r.is_finite() && *r > 0.0))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "the rematerialisation ratio limit must be a positive number, not {ratio}"
+            )));
+        }
         let heuristic = policy.build(config.seed);
         let mut table = StorageTable::new(
             Memory::new(config.memory, budget_bytes),

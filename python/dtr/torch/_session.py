@@ -247,6 +247,14 @@ _HOST_ACCESS_FUNCTIONS = ((torch, "to_dlpack"), (torch.utils.dlpack, "to_dlpack"
 _MIN_EVICTABLE_BYTES = 16 * 1024
 
 
+# A budget under which recomputation has cost this many times the compute of
+# every op's first run raises `dtr.OutOfMemory` rather than going on: it
+# recomputes the same history over and over (a storage written in place one
+# slice per time step, as `nn.GRU` does on the CPU, chains every version of
+# it) and would never finish. Healthy budgets cost under 2×.
+_REMAT_RATIO_LIMIT = 50.0
+
+
 class _HostReads:
     """While a budget session is open, ``torch.Tensor``'s host-access methods
     are wrapped: an evicted storage is made resident before the host reads
@@ -336,7 +344,8 @@ class Session:
         self.heuristic = heuristic
         self.device = device
         self._engine: Optional[_native.Engine] = _native.Engine(
-            self, budget_bytes, heuristic, min_evictable_bytes=_MIN_EVICTABLE_BYTES)
+            self, budget_bytes, heuristic, min_evictable_bytes=_MIN_EVICTABLE_BYTES,
+            remat_ratio_limit=_REMAT_RATIO_LIMIT)
         self._slots: Dict[int, _Slot] = {}
         self._slot_of_handle: Dict[int, _Slot] = {}
         self._calls: Dict[int, _Call] = {}
@@ -625,7 +634,14 @@ class Session:
 
     @staticmethod
     def _out_of_memory(error: Exception, op: str, what: str) -> OutOfMemory:
-        message, _, requested, budget, in_use = error.args
+        message, context, requested, budget, in_use = error.args
+        if context == "recomputation":  # thrashing: see _REMAT_RATIO_LIMIT
+            return OutOfMemory(
+                f"dtr: {op or 'an op'} made no progress within the budget while {what}: "
+                f"{message} (over {_REMAT_RATIO_LIMIT:g}× the compute of every op's first "
+                f"run). Raise the budget and retry.",
+                op=op, requested_bytes=requested, budget_bytes=budget, in_use_bytes=in_use,
+            )
         return OutOfMemory(
             f"dtr: {op or 'an op'} ran out of memory while {what}: {message}. "
             f"Raise the budget (at least {in_use + requested} bytes are needed here) "
