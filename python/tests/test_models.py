@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import dtr.torch  # noqa: E402,F401  (a missing build fails, not skips)
-from test_budget import assert_bitwise, train  # noqa: E402
+from test_budget import check_under_ratios  # noqa: E402
 
 
 def vision(name, batch, image):
@@ -58,13 +58,4 @@ MODELS = {
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_small_models_train_bitwise_under_half_their_peak(name):
-    model, make_optimizer, batches, loss = MODELS[name]()
-    stock = train(model, make_optimizer, batches, loss)
-    tracked = train(model, make_optimizer, batches, loss, limit=None)
-    assert_bitwise(stock, tracked)
-    budget = tracked[3].stats()["peak_bytes"] // 2
-    run = train(model, make_optimizer, batches, loss, limit=budget)
-    assert_bitwise(stock, run)
-    stats = run[3].stats()
-    assert stats["peak_bytes"] <= budget, stats
-    assert stats["evictions"] > 0 and stats["rematerializations"] > 0, stats
+    check_under_ratios(*MODELS[name](), ratios=(0.5,))
