@@ -236,13 +236,15 @@ impl Engine {
         min_evictable_bytes: u64,
         remat_ratio_limit: Option<f64>,
     ) -> PyResult<Self> {
-        let mut config = Config::default()
-            .with_heuristic(heuristic)
-            .with_seed(seed)
-            .with_budget(budget_bytes.into())
-            .with_remat_memory_guard(remat_memory_guard)
-            .with_min_evictable_bytes(min_evictable_bytes);
-        config.remat_ratio_limit = remat_ratio_limit;
+        let config = Config {
+            remat_ratio_limit,
+            ..Config::default()
+        }
+        .with_heuristic(heuristic)
+        .with_seed(seed)
+        .with_budget(budget_bytes.into())
+        .with_remat_memory_guard(remat_memory_guard)
+        .with_min_evictable_bytes(min_evictable_bytes);
         let backend = TorchBackend {
             host,
             ran: None,

@@ -283,12 +283,11 @@ impl<B: Backend> Interpreter<B> {
         if !self.graph.storages[storage].recomputable {
             return true;
         }
-        if self.copies.prefer_host_copies {
-            return true;
-        }
         match self.config.restore {
             RestoreMode::Drop => false,
             RestoreMode::Swap => true,
+            // Retrying a rematerialisation that ran out of memory: every copy.
+            RestoreMode::Hybrid if self.copies.prefer_host_copies => true,
             RestoreMode::Hybrid => {
                 let bytes = self.graph.storages[storage].bytes;
                 self.config.swap.transfer_cost(bytes) <= self.recompute_estimate(storage)
