@@ -18,6 +18,14 @@
 //! eager evictions between two eviction rounds), clearing it is cheaper.
 //! [`DtrWalk`] walks every time; it is the reference the cache is tested
 //! against, decision for decision.
+//!
+//! An eviction only adds to the regions that can see it, so a cache it
+//! touches keeps its old cost as a floor ([`Region::AtLeast`]) rather than
+//! nothing: on large evicted regions (a recurrent network's backward pass,
+//! thousands of released storages kept as history) many candidates then
+//! lose on their floor without walking the region again. A
+//! rematerialisation, or an edge removed, may shrink a region: those
+//! forget it.
 
 use slotmap::SecondaryMap;
 
@@ -54,6 +62,11 @@ impl Region {
         match self {
             Region::Exact(cost) | Region::AtLeast(cost) => cost,
         }
+    }
+
+    /// What is known of it once it may have grown.
+    fn demoted(self) -> Region {
+        Region::AtLeast(self.floor())
     }
 }
 
@@ -95,8 +108,9 @@ impl Dtr {
 
     /// Forgets every cached region that `changed` is in or borders: walking
     /// towards ancestors reaches the storages whose descendant regions can
-    /// see `changed`, and the other way round.
-    fn invalidate_around(&mut self, graph: &Graph, changed: StorageId) {
+    /// see `changed`, and the other way round. After an eviction (`grew`)
+    /// their costs stay as floors: the regions can only have grown.
+    fn invalidate_around(&mut self, graph: &Graph, changed: StorageId, grew: bool) {
         for (walk, forget) in [
             (Direction::Ancestors, Direction::Descendants),
             (Direction::Descendants, Direction::Ancestors),
@@ -105,7 +119,12 @@ impl Dtr {
             self.walker.reach(graph, changed, walk, &mut self.scratch);
             for &storage in &self.scratch {
                 if let Some(entry) = self.cached.get_mut(storage) {
-                    entry[slot(forget)] = None;
+                    let region = &mut entry[slot(forget)];
+                    *region = if grew {
+                        region.map(Region::demoted)
+                    } else {
+                        None
+                    };
                 }
             }
         }
@@ -126,6 +145,16 @@ impl Heuristic for Dtr {
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let cost = self.neighbourhood_cost(storage, view.graph);
         cost_density(cost, storage, view.graph)
+    }
+
+    fn known_score(&self, storage: StorageId, view: &PolicyView<'_>) -> Option<f64> {
+        let [Some(Region::Exact(descendants)), Some(Region::Exact(ancestors))] =
+            *self.cached.get(storage)?
+        else {
+            return None;
+        };
+        let cost = view.graph.storages[storage].cost + descendants + ancestors;
+        Some(cost_density(cost, storage, view.graph))
     }
 
     /// A region not cached yet is walked only as long as the score could
@@ -193,16 +222,34 @@ impl Heuristic for Dtr {
         Some(PoolOrder::CostDensity)
     }
 
+    /// Settles the changes since the last pass. Every cache was written in
+    /// that pass or before, and a changed storage that is evicted now was
+    /// resident then or evicted as now: its change can only have grown the
+    /// regions that see it.
     fn before_scoring(&mut self, graph: &Graph) {
-        let clear = self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len();
-        if clear {
-            self.cached.clear();
+        let evicted = |storage: StorageId| graph.storages[storage].residency == Residency::Evicted;
+        let owed = &self.owed;
+        let changes = || {
+            self.unsettled
+                .iter()
+                .filter(|&&storage| owed.contains_key(storage))
+        };
+        let wholesale = self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len();
+        if wholesale {
+            // One pass over the cache beats a walk per change.
+            if changes().all(|&storage| evicted(storage)) {
+                for entry in self.cached.values_mut() {
+                    *entry = entry.map(|region| region.map(Region::demoted));
+                }
+            } else {
+                self.cached.clear();
+            }
         }
         let mut unsettled = std::mem::take(&mut self.unsettled);
         for storage in unsettled.drain(..) {
             // Storages settled early (freed ones included) are no longer owed.
-            if self.owed.remove(storage).is_some() && !clear {
-                self.invalidate_around(graph, storage);
+            if self.owed.remove(storage).is_some() && !wholesale {
+                self.invalidate_around(graph, storage, evicted(storage));
             }
         }
         self.unsettled = unsettled;
@@ -228,8 +275,8 @@ impl Heuristic for Dtr {
             return; // nothing to forget, and nothing cached before the next pass settles
         }
         match graph.storages[storage].residency {
-            Residency::Evicted => self.invalidate_around(graph, storage),
-            Residency::Resident if owed => self.invalidate_around(graph, storage),
+            Residency::Evicted => self.invalidate_around(graph, storage, false),
+            Residency::Resident if owed => self.invalidate_around(graph, storage, false),
             Residency::Resident => {
                 self.cached.remove(storage);
             }

@@ -70,6 +70,12 @@ pub trait Heuristic: Send {
     /// nothing else". `&mut` so a heuristic may keep scratch space.
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64;
 
+    /// [`Heuristic::score`] where it is known without work (cached), else
+    /// `None`.
+    fn known_score(&self, _storage: StorageId, _view: &PolicyView<'_>) -> Option<f64> {
+        None
+    }
+
     /// [`Heuristic::score`] where it is at most `best`; where it is above,
     /// any value above `best` will do (a heuristic may then stop working
     /// it out), since such a candidate cannot win or tie.
@@ -167,7 +173,22 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
     let bounded = heuristic.at_least_cost_density();
     let ordered = pool.order().is_some() && pool.order() == heuristic.pool_order();
     let clock = view.graph.clock;
+    // A scan of every candidate in pool order scores the first ones against
+    // no best at all: the lowest score already known is a limit from the
+    // start (the lowest score is at most it, so it chooses the same).
+    let scans = search.sampling() == Sampling::All && !(ordered && search.next_search_is_ordered());
+    let known = if scans {
+        pool.iter()
+            .filter_map(|candidate| heuristic.known_score(candidate.storage, view))
+            .fold(f64::INFINITY, f64::min)
+    } else {
+        f64::INFINITY
+    };
     let score = |candidate: &Candidate, best: Option<f64>| {
+        let best = match best {
+            Some(best) => Some(best.min(known)),
+            None => known.is_finite().then_some(known),
+        };
         if let Some(best) = best {
             // The pool's bound reads no graph: most candidates stop here.
             if bounded && candidate.cost_density_bound(clock) > best {

@@ -616,12 +616,19 @@ impl CandidateSearch {
         clock: u64,
         score: impl FnMut(&Candidate, Option<f64>) -> Option<f64>,
     ) -> Option<(StorageId, f64)> {
+        let ordered = self.next_search_is_ordered();
         self.searches = self.searches.wrapping_add(1);
-        if self.ordered_share < ORDERED_UP_TO || self.searches % RETRY == 0 {
+        if ordered {
             self.lowest_ordered(pool, clock, score)
         } else {
             self.lowest(pool, None, score)
         }
+    }
+
+    /// Whether the next [`CandidateSearch::lowest_exact`] searches in the
+    /// pool's order (else it scans every candidate).
+    pub fn next_search_is_ordered(&self) -> bool {
+        self.ordered_share < ORDERED_UP_TO || self.searches.wrapping_add(1) % RETRY == 0
     }
 }
 
