@@ -153,6 +153,11 @@ class _Call:
         self.grad_mode = torch.is_grad_enabled()
 
 
+def _is_index(tensor: _Tensor) -> bool:
+    """Whether a tensor holds integers or booleans (see `_INDEX_BYTES`)."""
+    return not (tensor.is_floating_point() or tensor.is_complex())
+
+
 def _flatten(value: Any, out: list) -> list:
     if isinstance(value, (tuple, list)):
         for item in value:
@@ -237,21 +242,23 @@ _HOST_ACCESS = {"tolist": False, "numpy": True, "__array__": True, "__dlpack__":
 _HOST_ACCESS_FUNCTIONS = ((torch, "to_dlpack"), (torch.utils.dlpack, "to_dlpack"))
 
 
-# Storages under this many bytes are never evicted. Freeing one gains next
-# to nothing, and some of PyTorch's C++ kernels read small index tensors
-# straight from memory, inside ops that decompose before the session sees
-# them: a packed sequence's `batch_sizes` (`pad_packed_sequence`, the
-# backward of `pack_padded_sequence`), `tensor_split`'s index tensor. On
-# CUDA those live on the host, outside the budget; on CPU they would be
-# read evicted. 16 KiB holds the batch sizes of 2,048 time steps.
-_MIN_EVICTABLE_BYTES = 16 * 1024
+# Index tensors (integer or boolean) of at most this many bytes are kept as
+# constants from their making: on the CPU some of PyTorch's C++ kernels read
+# them straight from memory, inside ops that decompose before the session
+# sees them (a packed sequence's `batch_sizes` in `pad_packed_sequence` and
+# in `pack_padded_sequence`'s backward, `tensor_split`'s index tensor), and
+# an evicted one was read as garbage. On CUDA those live on the host, outside
+# the budget. Freeing one would gain next to nothing; small activations, by
+# contrast, are most of a small model's memory and stay evictable. 16 KiB
+# holds the batch sizes of 2,048 time steps.
+_INDEX_BYTES = 16 * 1024
 
 
 # A budget under which recomputation has cost this many times the compute of
 # every op's first run raises `dtr.OutOfMemory` rather than going on: it
 # recomputes the same history over and over (a storage written in place one
-# slice per time step, as `nn.GRU` does on the CPU, chains every version of
-# it) and would never finish. Healthy budgets cost under 2×.
+# slice per time step, as a hand-written recurrent cell may, chains every
+# version of it) and would never finish. Healthy budgets cost under 2×.
 _REMAT_RATIO_LIMIT = 50.0
 
 
@@ -344,8 +351,7 @@ class Session:
         self.heuristic = heuristic
         self.device = device
         self._engine: Optional[_native.Engine] = _native.Engine(
-            self, budget_bytes, heuristic, min_evictable_bytes=_MIN_EVICTABLE_BYTES,
-            remat_ratio_limit=_REMAT_RATIO_LIMIT)
+            self, budget_bytes, heuristic, remat_ratio_limit=_REMAT_RATIO_LIMIT)
         self._slots: Dict[int, _Slot] = {}
         self._slot_of_handle: Dict[int, _Slot] = {}
         self._calls: Dict[int, _Call] = {}
@@ -912,7 +918,11 @@ class Session:
         if not recomputable:
             for slot in outputs:
                 self._detach(slot, info.name, "keeping its outputs")
-        elif self._recording:
+            return result
+        if self._recording:
+            for slot, position in zip(fresh, sources):
+                if slot.nbytes <= _INDEX_BYTES and _is_index(flat[position]):
+                    self._detach(slot, info.name, "keeping a small index tensor")
             call = _Call(
                 func, template_args, template_kwargs, sources, outputs,
                 copied_inputs=tuple(inputs.index(slot) for slot in versioned),
