@@ -231,6 +231,11 @@ pub struct Config {
     /// their logs must reproduce their numbers. The `dtr` Python package
     /// and replays under `dtr-next` turn it on.
     pub remat_memory_guard: bool,
+    /// Apply [`Config::remat_memory_guard`] inside the candidate search
+    /// (where the search scores every candidate it could choose): one
+    /// search per eviction, rather than one more per candidate held back.
+    /// The same decisions either way; on by default, off only to check that.
+    pub guard_in_search: bool,
     /// Storages smaller than this are never the policy's victims: they stay
     /// resident while held (released ones still go at once, and
     /// [`Interpreter::evict_now`](crate::Interpreter::evict_now) still
@@ -293,6 +298,7 @@ impl Default for Config {
             seed: 0,
             lock_relaxation: true,
             remat_memory_guard: false,
+            guard_in_search: true,
             min_evictable_bytes: 0,
             keep_needed_history: false,
             pin_resident_first: false,
@@ -402,6 +408,12 @@ impl Config {
     /// See [`Config::remat_memory_guard`].
     pub fn with_remat_memory_guard(mut self, guard: bool) -> Config {
         self.remat_memory_guard = guard;
+        self
+    }
+
+    /// See [`Config::guard_in_search`].
+    pub fn with_guard_in_search(mut self, in_search: bool) -> Config {
+        self.guard_in_search = in_search;
         self
     }
 

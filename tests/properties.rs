@@ -465,6 +465,39 @@ proptest! {
         prop_assert_eq!(ordered.dtr.events(), scan.dtr.events());
         prop_assert_eq!(ordered.dtr.stats(), scan.dtr.stats());
     }
+
+    /// The rematerialisation memory guard applied inside the search (one
+    /// search per eviction, refusals listed in order) decides exactly as
+    /// one search per candidate it holds back, in the plain scan and the
+    /// ordered search, in counter and in arena memory, with and without a
+    /// window-choosing policy (`coop`, whose windows the interpreter tests).
+    #[test]
+    fn the_guard_inside_the_search_decides_like_a_search_per_refusal(
+        program in prop::collection::vec(step(), 20..120),
+        budget_fraction in 0.2f64..0.7,
+        heuristic in prop::sample::select(vec!["dtr", "dtr-eq", "dtr-next", "msps", "lru", "coop"]),
+        arena in any::<bool>(),
+        ordered in any::<bool>(),
+        eager in any::<bool>(),
+    ) {
+        let memory = if arena { MemoryModel::Arena { alignment: 64 } } else { MemoryModel::Counter };
+        let base = Config::default()
+            .with_heuristic(heuristic)
+            .with_memory(memory)
+            .with_eager_eviction(eager)
+            .with_remat_memory_guard(true)
+            .with_ordered_search(ordered.then_some(0))
+            .with_events(true);
+        let mut unbounded = Runner::new(base.clone().unbounded());
+        unbounded.run(&program);
+        let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
+        let mut inside = Runner::new(base.clone().with_budget_bytes(budget));
+        let mut apart = Runner::new(base.with_guard_in_search(false).with_budget_bytes(budget));
+        let (a, b) = (inside.run(&program), apart.run(&program));
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(inside.dtr.events(), apart.dtr.events());
+        prop_assert_eq!(inside.dtr.stats(), apart.dtr.stats());
+    }
 }
 
 /// Runs `program` under `dtr` and under the `dtr-walk` reference at the same

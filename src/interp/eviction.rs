@@ -69,6 +69,10 @@ impl<B: Backend> Interpreter<B> {
             RoomFor::Op { node, .. } => self.config.bytes_moved_in(self.graph.nodes[node].cost()),
             RoomFor::Put(_) | RoomFor::CopyBack => 0,
         };
+        // What a search found, refusals first: each is taken in turn at the
+        // top of the loop, as a search per refusal would have found it,
+        // unless the loop first takes another way.
+        let mut found = crate::policy::Victims::default();
         loop {
             if let Some(blocks) = self.table.reserve(sizes) {
                 return Ok(blocks);
@@ -85,6 +89,9 @@ impl<B: Backend> Interpreter<B> {
                 if let Some(blocks) = self.reserve_by_moving(sizes, u64::MAX) {
                     return Ok(blocks);
                 }
+            }
+            if stuck {
+                found = crate::policy::Victims::default();
             }
             if stuck && self.copy_out_a_constant() {
                 continue;
@@ -107,7 +114,17 @@ impl<B: Backend> Interpreter<B> {
                 .arena()
                 .and_then(|arena| arena.aligned(largest))
                 .unwrap_or(largest);
-            let victims = self.choose_victims(request);
+            if found.refused.is_empty() && found.storages.is_empty() {
+                found = self.choose_victims(request, guard);
+            }
+            if !found.refused.is_empty() {
+                let victim = found.refused.remove(0);
+                tracing::debug!(target: "dtr::evict", tensor = ?self.graph.storages[victim].tensors[0], "held back: its rematerialisation could not fit");
+                self.table.hold_back(victim);
+                held_back.push(victim);
+                continue;
+            }
+            let victims = std::mem::take(&mut found);
             if victims.storages.is_empty() {
                 return Err(self.out_of_memory(requested, purpose));
             }
@@ -115,7 +132,7 @@ impl<B: Backend> Interpreter<B> {
                 if !self.table.pool().contains(victim) {
                     continue;
                 }
-                if guard && self.remat_could_not_fit(victim) {
+                if guard && !victims.admitted && self.remat_could_not_fit(victim) {
                     tracing::debug!(target: "dtr::evict", tensor = ?self.graph.storages[victim].tensors[0], "held back: its rematerialisation could not fit");
                     self.table.hold_back(victim);
                     held_back.push(victim);
@@ -155,11 +172,17 @@ impl<B: Backend> Interpreter<B> {
     /// constants' high-water mark: see
     /// [`RematFootprint::exceeds`](super::footprint::RematFootprint::exceeds).
     fn remat_could_not_fit(&mut self, storage: StorageId) -> bool {
-        let Some(budget) = self.table.counter().budget_bytes() else {
+        let Some(room) = self.remat_room() else {
             return false;
         };
-        let room = budget.saturating_sub(self.table.constant_peak_bytes());
         self.footprint.exceeds(&self.graph, storage, room)
+    }
+
+    /// The bytes a rematerialisation may hold at once: the budget beside the
+    /// most memory constants have held. `None` without a budget.
+    pub(super) fn remat_room(&self) -> Option<u64> {
+        let budget = self.table.counter().budget_bytes()?;
+        Some(budget.saturating_sub(self.table.constant_peak_bytes()))
     }
 
     /// Frees a resident, evictable storage; its tensors become undefined

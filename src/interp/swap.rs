@@ -542,13 +542,13 @@ impl<B: Backend> Interpreter<B> {
     /// it comes back). Under `swap` a candidate's cost is what bringing it
     /// back takes, the transfer and any wait for its copy, over its size
     /// and staleness as in h_DTR.
-    pub(super) fn choose_victims(&mut self, request: u64) -> crate::policy::Victims {
+    pub(super) fn choose_victims(&mut self, request: u64, guard: bool) -> crate::policy::Victims {
         let first = (!self.victims_looking_ahead()).then(|| self.unread_prefetch());
         if let Some(storage) = first.flatten() {
             self.copies.paused = true;
             return crate::policy::Victims {
                 storages: smallvec::smallvec![storage],
-                score: None,
+                ..Default::default()
             };
         }
         self.heuristic
@@ -556,9 +556,21 @@ impl<B: Backend> Interpreter<B> {
         let view = self.table.policy_view(&self.graph);
         let pool = self.table.pool();
         if self.config.restore != RestoreMode::Swap {
+            // The guard applied inside the search: one search instead of
+            // one per candidate it holds back.
+            let room = self
+                .remat_room()
+                .filter(|_| guard && self.config.guard_in_search);
+            let (footprint, graph) = (&mut self.footprint, &self.graph);
+            let mut admit =
+                |storage| room.is_none_or(|room| !footprint.exceeds(graph, storage, room));
+            let admit: crate::policy::Admit<'_> = match room {
+                Some(_) => Some(&mut admit),
+                None => None,
+            };
             return self
                 .heuristic
-                .choose(pool, &view, request, &mut self.search);
+                .choose(pool, &view, request, &mut self.search, admit);
         }
         let config = &self.config;
         let (graph, table, queue) = (&self.graph, &self.table, &self.copies);
@@ -586,6 +598,7 @@ impl<B: Backend> Interpreter<B> {
         crate::policy::Victims {
             storages: found.iter().map(|&(storage, _)| storage).collect(),
             score: found.map(|(_, score)| score),
+            ..Default::default()
         }
     }
 

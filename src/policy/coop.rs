@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use super::dtr::Dtr;
 use super::dtr_eq::DtrEq;
-use super::{CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
+use super::{Admit, CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
 use crate::graph::{Graph, StorageId};
 use crate::memory::{Arena, Piece};
 use smallvec::SmallVec;
@@ -65,9 +65,10 @@ impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
         view: &PolicyView<'_>,
         request: u64,
         search: &mut CandidateSearch,
+        admit: Admit<'_>,
     ) -> Victims {
         let Some(arena) = view.memory.arena() else {
-            return self.eq.choose(pool, view, request, search);
+            return self.eq.choose(pool, view, request, search, admit);
         };
         self.eq.before_scoring(view.graph);
         let graph = view.graph;
@@ -75,7 +76,7 @@ impl<C: NeighbourhoodCost> Heuristic for Coop<C> {
             self.piece_cost(storage, graph)
         })
         // No window can ever hold the request: free what the scores say.
-        .unwrap_or_else(|| self.eq.choose(pool, view, request, search))
+        .unwrap_or_else(|| self.eq.choose(pool, view, request, search, admit))
     }
 
     fn on_evict(&mut self, storage: StorageId, graph: &Graph) {
@@ -122,6 +123,7 @@ pub(crate) fn cheapest_window(
     cheapest_run(pieces, request).map(|(cost, storages)| Victims {
         storages,
         score: Some(cost),
+        ..Victims::default()
     })
 }
 

@@ -14,7 +14,9 @@
 use super::coop::cheapest_window;
 use super::dtr::Dtr;
 use super::region::{Direction, RegionWalker};
-use super::{lowest_scoring, CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims};
+use super::{
+    lowest_scoring, Admit, CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims,
+};
 use crate::graph::{Graph, StorageId};
 
 #[derive(Default)]
@@ -81,6 +83,7 @@ impl Heuristic for DtrNext {
         view: &PolicyView<'_>,
         request: u64,
         search: &mut CandidateSearch,
+        admit: Admit<'_>,
     ) -> Victims {
         let graph = view.graph;
         let windows = graph.foresight.known && !view.memory.moves_blocks();
@@ -98,7 +101,7 @@ impl Heuristic for DtrNext {
                 }
             }
         }
-        lowest_scoring(self, pool, view, search)
+        lowest_scoring(self, pool, view, search, admit)
     }
 
     fn looks_ahead(&self) -> bool {

@@ -21,7 +21,7 @@ mod size;
 mod summary;
 
 pub use pool::{Bounds, Candidate, CandidatePool, PoolOrder};
-pub use search::{CandidateSearch, Sampling};
+pub use search::{chosen_before, CandidateSearch, Sampling};
 pub use summary::{BoundClock, HeldThreshold, Summaries, Summary};
 
 use slotmap::SecondaryMap;
@@ -59,7 +59,18 @@ pub struct Victims {
     pub storages: SmallVec<[StorageId; 4]>,
     /// The score that chose them, when the policy scores.
     pub score: Option<f64>,
+    /// Whether the admission test given to [`Heuristic::choose`] passed
+    /// `storages` (else the caller applies it).
+    pub admitted: bool,
+    /// Candidates the admission test refused that the search would have
+    /// chosen before `storages`, in the order it would have chosen them:
+    /// what one search per refusal would have found and held back.
+    pub refused: SmallVec<[StorageId; 4]>,
 }
+
+/// A test a victim must pass (the interpreter's rematerialisation memory
+/// guard): `false` holds the candidate back.
+pub type Admit<'a> = Option<&'a mut dyn FnMut(StorageId) -> bool>;
 
 /// Scores eviction candidates; lower is evicted first.
 pub trait Heuristic: Send {
@@ -129,14 +140,21 @@ pub trait Heuristic: Send {
     /// What to evict to make room for an allocation of `request` bytes
     /// that does not fit. The default is the lowest-scoring candidate that
     /// `search` finds; policies that reason about address ranges override it.
+    ///
+    /// `admit`, where given, is applied to the candidates the search would
+    /// choose, in its order, as a search per refusal would: the victim is
+    /// the first admitted, and the refused ones before it are listed in
+    /// [`Victims::refused`]. A policy may ignore it ([`Victims::admitted`]
+    /// false), and the caller then tests its victims itself.
     fn choose(
         &mut self,
         pool: &CandidatePool,
         view: &PolicyView<'_>,
         _request: u64,
         search: &mut CandidateSearch,
+        admit: Admit<'_>,
     ) -> Victims {
-        lowest_scoring(self, pool, view, search)
+        lowest_scoring(self, pool, view, search, admit)
     }
 
     /// Whether it reads when the program next reads each storage
@@ -161,29 +179,41 @@ pub trait Heuristic: Send {
     fn on_graph_change(&mut self, _storage: StorageId, _graph: &Graph) {}
 }
 
-/// The lowest-scoring candidate that `search` finds: what
-/// [`Heuristic::choose`] does unless a policy overrides it.
+/// The lowest-scoring candidate that `search` finds, among those `admit`
+/// passes: what [`Heuristic::choose`] does unless a policy overrides it.
 pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
     heuristic: &mut H,
     pool: &CandidatePool,
     view: &PolicyView<'_>,
     search: &mut CandidateSearch,
+    admit: Admit<'_>,
 ) -> Victims {
     heuristic.before_scoring(view.graph);
     let bounded = heuristic.at_least_cost_density();
     let ordered = pool.order().is_some() && pool.order() == heuristic.pool_order();
     let clock = view.graph.clock;
+    // √N draws are random: a search per refusal draws anew, so the caller
+    // tests each victim and searches again.
+    let mut admit = admit.filter(|_| search.sampling() == Sampling::All);
     // A scan of every candidate in pool order scores the first ones against
-    // no best at all: the lowest score already known is a limit from the
-    // start (the lowest score is at most it, so it chooses the same).
+    // no best at all: the lowest score already known (of an admitted
+    // candidate) is a limit from the start, since the lowest score is at
+    // most it, so it chooses the same.
     let scans = search.sampling() == Sampling::All && !(ordered && search.next_search_is_ordered());
-    let known = if scans {
-        pool.iter()
-            .filter_map(|candidate| heuristic.known_score(candidate.storage, view))
-            .fold(f64::INFINITY, f64::min)
-    } else {
-        f64::INFINITY
-    };
+    let mut known = f64::INFINITY;
+    if scans {
+        let lowest_known = pool
+            .iter()
+            .filter_map(|c| Some((heuristic.known_score(c.storage, view)?, c.storage)))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((score, storage)) = lowest_known {
+            if admit.as_mut().is_none_or(|admit| admit(storage)) {
+                known = score;
+            }
+        }
+    }
+    // (score, pool position, storage) of each candidate refused.
+    let mut refused: SmallVec<[(f64, u32, StorageId); 4]> = SmallVec::new();
     let score = |candidate: &Candidate, best: Option<f64>| {
         let best = match best {
             Some(best) => Some(best.min(known)),
@@ -198,10 +228,19 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
                 return None;
             }
         }
-        Some(match best {
+        let score = match best {
             Some(best) => heuristic.score_within(candidate.storage, view, best),
             None => heuristic.score(candidate.storage, view),
-        })
+        };
+        // A candidate that could be chosen must pass first.
+        if let Some(admit) = admit.as_mut() {
+            if best.is_none_or(|best| score <= best) && !admit(candidate.storage) {
+                let position = pool.position(candidate.storage).expect("a member");
+                refused.push((score, position, candidate.storage));
+                return None;
+            }
+        }
+        Some(score)
     };
     let found = if ordered && search.sampling() == Sampling::All {
         search.lowest_exact(pool, clock, score)
@@ -210,12 +249,32 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
         // the bound could beat the best so far.
         search.lowest(pool, bounded.then_some(clock), score)
     };
+    // The refused that the search would have chosen first, in its order.
+    let victim = found.map(|(storage, score)| (score, pool.position(storage).expect("a member")));
+    refused.retain(|&mut (score, position, _)| {
+        victim.is_none_or(|victim| chosen_before((score, position), victim))
+    });
+    refused.sort_by(|a, b| {
+        if chosen_before((a.0, a.1), (b.0, b.1)) {
+            std::cmp::Ordering::Less
+        } else {
+            std::cmp::Ordering::Greater
+        }
+    });
+    refused.dedup_by_key(|refusal| refusal.2);
+    let refused = refused.into_iter().map(|(_, _, storage)| storage).collect();
     match found {
         Some((storage, score)) => Victims {
             storages: smallvec![storage],
             score: Some(score),
+            admitted: admit.is_some(),
+            refused,
         },
-        None => Victims::default(),
+        None => Victims {
+            admitted: admit.is_some(),
+            refused,
+            ..Victims::default()
+        },
     }
 }
 

@@ -176,6 +176,12 @@ impl CandidatePool {
         self.members.contains_key(storage)
     }
 
+    /// Where `storage` sits in insertion order (which breaks ties), if a
+    /// member.
+    pub fn position(&self, storage: StorageId) -> Option<u32> {
+        self.members.get(storage).copied()
+    }
+
     /// The extra cost in the key of `storage` (see [`Bounds`]): 0 unless it
     /// is a member and extras are kept.
     pub fn extra(&self, storage: StorageId) -> u64 {

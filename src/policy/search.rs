@@ -491,15 +491,21 @@ struct Best {
 }
 
 impl Best {
-    /// Whether the full scan would choose `score` at `position` over `self`:
-    /// the scan ends at the first score ≤ 0, and otherwise keeps the last
-    /// of the lowest.
+    /// Whether the full scan would choose `score` at `position` over `self`.
     fn beaten_by(&self, score: f64, position: u32) -> bool {
-        if score <= 0.0 || self.score <= 0.0 {
-            self.score > 0.0 || (score <= 0.0 && position < self.position)
-        } else {
-            score < self.score || (score == self.score && position > self.position)
-        }
+        chosen_before((score, position), (self.score, self.position))
+    }
+}
+
+/// Whether the full scan in pool order would choose the candidate of score
+/// `a.0` at position `a.1` over that of `b`: the scan ends at the first
+/// score ≤ 0, and otherwise keeps the last of the lowest.
+pub fn chosen_before(a: (f64, u32), b: (f64, u32)) -> bool {
+    let ((score, position), (other, other_position)) = (a, b);
+    if score <= 0.0 || other <= 0.0 {
+        other > 0.0 || (score <= 0.0 && position < other_position)
+    } else {
+        score < other || (score == other && position > other_position)
     }
 }
 
