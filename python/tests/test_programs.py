@@ -212,6 +212,22 @@ def test_a_budget_that_makes_no_progress_raises_instead_of_hanging():
     check(lambda: cell(False), limit=limit)
 
 
+def test_memory_from_numpy_written_there_mid_step():
+    """NumPy writes the memory of a tensor made by `torch.from_numpy` with
+    no op the session sees. A tensor computed from it before the write
+    keeps the old value when it is recomputed: recorded calls read a copy
+    of the memory as it was. (They read the new bytes before, wrongly.)"""
+    def program():
+        array = np.random.RandomState(0).rand(N).astype(np.float32)
+        x = torch.from_numpy(array)
+        a = x * 2
+        array[:] = 0.0  # the host rewrites x
+        values = pressure(x + 1, 8)  # `a` is evicted, then read again
+        return a.sum(), values[-1], x.sum()
+
+    check(program, limit=7 * MiB)
+
+
 def test_host_reads_of_evicted_storages_through_the_storage_itself():
     """`torch.save`, `copy.deepcopy` and a storage handed out read memory without an op."""
     def program():

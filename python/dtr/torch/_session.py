@@ -62,7 +62,8 @@ _grad_enabled = torch.is_grad_enabled
 class _Slot:
     """One torch storage under the session: the engine tensor of its current value."""
 
-    __slots__ = ("key", "ref", "handle", "nbytes", "buf", "resident", "constant", "readers")
+    __slots__ = ("key", "ref", "handle", "nbytes", "buf", "resident", "constant", "readers",
+                 "shared", "copy", "copy_storage")
 
     def __init__(self, key: int, nbytes: int) -> None:
         self.key = key
@@ -75,6 +76,13 @@ class _Slot:
         # Recorded calls that read this (recomputable) storage: they keep it
         # alive once it becomes a constant, since it cannot be recomputed.
         self.readers: List["_Call"] = []
+        # Memory PyTorch did not allocate (`torch.from_numpy`, DLPack): the
+        # host may write it with no op the session sees, so recorded calls
+        # read `copy`, a constant copy of its bytes as they were when the
+        # call ran (see `Session._copy_of`).
+        self.shared = False
+        self.copy: Optional["_Slot"] = None
+        self.copy_storage: Optional[torch.UntypedStorage] = None
 
     def storage(self) -> Optional[torch.UntypedStorage]:
         """The torch storage, or None once it has died. One reached through
@@ -156,6 +164,13 @@ class _Call:
 def _is_index(tensor: _Tensor) -> bool:
     """Whether a tensor holds integers or booleans (see `_INDEX_BYTES`)."""
     return not (tensor.is_floating_point() or tensor.is_complex())
+
+
+def _same_bytes(a: torch.UntypedStorage, b: torch.UntypedStorage) -> bool:
+    if a.nbytes() != b.nbytes():
+        return False
+    empty = torch.empty((0,), dtype=torch.uint8, device=a.device)
+    return torch.equal(empty.set_(a), torch.empty_like(empty).set_(b))
 
 
 def _flatten(value: Any, out: list) -> list:
@@ -491,6 +506,9 @@ class Session:
             slot = self._new_slot(storage)
             slot.constant = True
             slot.readers = None
+            # A storage PyTorch cannot resize holds memory it did not
+            # allocate: `torch.from_numpy`, `frombuffer`, `from_dlpack`.
+            slot.shared = not storage.resizable()
             slot.handle = self._engine_call(
                 self._engine.adopt, op, "adopting a tensor made outside dtr", slot.nbytes, slot.buf)
             self._slot_of_handle[slot.handle] = slot
@@ -557,6 +575,25 @@ class Session:
                 if call is not None:
                     call.live = False
                     call.keep.clear()  # may kill storages: another round
+
+    def _copy_of(self, slot: _Slot, op: str) -> _Slot:
+        """A constant copy of shared `slot`'s bytes as they are now, for
+        recorded calls to read: one per change of the bytes, compared byte
+        for byte at every op that reads them. Copies live while a call that
+        may re-run reads them."""
+        storage = slot.storage()
+        if slot.copy_storage is not None and _same_bytes(slot.copy_storage, storage):
+            return slot.copy
+        copy = storage.clone()
+        copy_slot = self._new_slot(copy)
+        copy_slot.constant = True
+        copy_slot.readers = None
+        copy_slot.handle = self._engine_call(self._engine.adopt, op,
+                                             "copying memory the host shares",
+                                             copy_slot.nbytes, copy_slot.buf)
+        self._slot_of_handle[copy_slot.handle] = copy_slot
+        slot.copy, slot.copy_storage = copy_slot, copy
+        return copy_slot
 
     def _made_constant(self, slot: _Slot) -> None:
         """Marks a slot the engine detached: its readers now keep it alive."""
@@ -861,6 +898,20 @@ class Session:
                     engine.ensure_resident(slot.handle)
             return result
 
+        # Outputs a re-run could not reproduce are constants, and so are
+        # those of grad-free ops on constants alone (optimiser state), lest
+        # history span training steps.
+        recomputable = not (info.nondeterministic and self.device.type == "cuda")
+        if constants_written and not info.side_effect_only_writes:
+            recomputable = False
+        if not _grad_enabled() and all([slot.constant for slot in inputs]):
+            recomputable = False
+        if recomputable and self._recording:
+            # A re-run reads what shared memory held when the op ran.
+            for index, slot in enumerate(inputs):
+                if slot.shared and slot not in constants_written:
+                    inputs[index] = self._copy_of(slot, info.name)
+
         if versioned:
             new_versions = [_Buf(slot) for slot in versioned]
             sources.extend(-1 - inputs.index(slot) for slot in versioned)
@@ -907,14 +958,6 @@ class Session:
                 slot_of_handle[handle] = slot
                 retired.append(old)
 
-        # Outputs a re-run could not reproduce are constants, and so are
-        # those of grad-free ops on constants alone (optimiser state), lest
-        # history span training steps.
-        recomputable = not (info.nondeterministic and self.device.type == "cuda")
-        if constants_written and not info.side_effect_only_writes:
-            recomputable = False
-        if not _grad_enabled() and all([slot.constant for slot in inputs]):
-            recomputable = False
         if not recomputable:
             for slot in outputs:
                 self._detach(slot, info.name, "keeping its outputs")
