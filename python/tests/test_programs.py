@@ -228,6 +228,52 @@ def test_memory_from_numpy_written_there_mid_step():
     check(program, limit=7 * MiB)
 
 
+def test_parameters_in_mapped_memory_are_read_in_place(tmp_path):
+    """Weights loaded by `from_pretrained` (safetensors) or `torch.load(mmap=True)`
+    live in memory PyTorch did not allocate, like `torch.from_numpy`'s, but
+    only ops the session sees (the optimiser's) write them: recorded calls
+    read them in place. Copying them as well held every weight twice and
+    ran out of memory at a budget the step fits in."""
+    path = tmp_path / "weights.pt"
+    torch.manual_seed(1)
+    torch.save([torch.randn(512, 512) * 0.05 for _ in range(4)], path)
+
+    def load():  # outside the budget, as a model is loaded before training
+        weights = [torch.nn.Parameter(w) for w in torch.load(path, mmap=True)]
+        assert not weights[0].untyped_storage().resizable()  # mapped, as the test intends
+        return weights
+
+    def train(weights):
+        torch.manual_seed(0)
+        optimizer = torch.optim.SGD(weights, lr=0.1)
+        x = torch.randn(64, 512)
+        losses = []
+        for _ in range(2):
+            h = x
+            for w in weights:
+                h = torch.tanh(h @ w)
+            loss = h.square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.detach())
+        return losses, [w.detach() for w in weights]
+
+    expected = train(load())
+    with dtr_torch.budget(None) as tracking:
+        train(load())
+    # The 4 MiB of weights, their gradients, and the activations but one:
+    # evicting is needed, a second copy of the weights cannot fit.
+    limit = tracking.stats()["peak_bytes"] - 128 * 1024
+    weights = load()
+    with dtr_torch.budget(limit) as session:
+        actual = train(weights)
+        session.check()
+    same(expected, actual)
+    stats = session.stats()
+    assert stats["peak_bytes"] <= limit and stats["rematerializations"] > 0, stats
+
+
 def test_host_reads_of_evicted_storages_through_the_storage_itself():
     """`torch.save`, `copy.deepcopy` and a storage handed out read memory without an op."""
     def program():

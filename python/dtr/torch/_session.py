@@ -507,8 +507,12 @@ class Session:
             slot.constant = True
             slot.readers = None
             # A storage PyTorch cannot resize holds memory it did not
-            # allocate: `torch.from_numpy`, `frombuffer`, `from_dlpack`.
-            slot.shared = not storage.resizable()
+            # allocate: `torch.from_numpy`, `frombuffer`, `from_dlpack`. Not
+            # parameters: those in such memory are mapped weight files
+            # (`from_pretrained`'s safetensors, `torch.load(mmap=True)`),
+            # written only by ops the session sees (the optimiser's), and a
+            # copy of each would hold every weight twice.
+            slot.shared = not (storage.resizable() or isinstance(tensor, _Parameter))
             slot.handle = self._engine_call(
                 self._engine.adopt, op, "adopting a tensor made outside dtr", slot.nbytes, slot.buf)
             self._slot_of_handle[slot.handle] = slot
