@@ -274,6 +274,23 @@ def test_parameters_in_mapped_memory_are_read_in_place(tmp_path):
     assert stats["peak_bytes"] <= limit and stats["rematerializations"] > 0, stats
 
 
+def test_lazy_conjugate_and_negative_views_recompute_as_read():
+    """`a.mH` is a view with PyTorch's conjugate bit and `a.conj().imag` one
+    with its negative bit: ops read the storage conjugated or negated. A
+    recorded call kept the view's sizes and strides but not the bits, and
+    recomputed from the plain values: silently wrong (complex models' `mm`
+    backward passes such views)."""
+    def program():
+        a = torch.randn(256, 256, dtype=torch.cfloat)
+        b = torch.randn(256, 256, dtype=torch.cfloat)
+        c = a.mH @ b
+        d = a.conj().imag + b.real
+        values = pressure(b, 10)  # `c` and `d` are evicted, then read
+        return c.clone(), d.clone(), values[-1]
+
+    check(program, limit=3 * MiB)
+
+
 def test_host_reads_of_evicted_storages_through_the_storage_itself():
     """`torch.save`, `copy.deepcopy` and a storage handed out read memory without an op."""
     def program():

@@ -110,7 +110,7 @@ class _Buf:
 class _Arg:
     """A tensor argument of a recorded call: input ``index`` seen through a view."""
 
-    __slots__ = ("index", "dtype", "size", "stride", "offset")
+    __slots__ = ("index", "dtype", "size", "stride", "offset", "conj", "neg")
 
     def __init__(self, index: int, tensor: _Tensor) -> None:
         self.index = index
@@ -119,6 +119,10 @@ class _Arg:
             self.size = tuple(tensor.shape)
             self.stride = tensor.stride()
             self.offset = tensor.storage_offset()
+            # Lazy views: `a.mH` (conjugate bit), `a.conj().imag` (negative
+            # bit) read the storage's values conjugated or negated.
+            self.conj = tensor.is_conj()
+            self.neg = tensor.is_neg()
             return
         # A subclass may override the metadata (an uninitialised lazy
         # parameter raises on `.shape`): the tensor's own, as ATen sees it.
@@ -127,10 +131,17 @@ class _Arg:
             self.size = tuple(_TensorBase.size(tensor))
             self.stride = _TensorBase.stride(tensor)
             self.offset = _TensorBase.storage_offset(tensor)
+            self.conj = _TensorBase.is_conj(tensor)
+            self.neg = _TensorBase.is_neg(tensor)
 
     def over(self, storage: torch.UntypedStorage) -> _Tensor:
         empty = torch.empty((0,), dtype=self.dtype, device=storage.device)
-        return empty.set_(storage, self.offset, self.size, self.stride)
+        tensor = empty.set_(storage, self.offset, self.size, self.stride)
+        if self.conj:
+            tensor = tensor.conj()
+        if self.neg:
+            tensor = torch._neg_view(tensor)
+        return tensor
 
 
 class _Call:
