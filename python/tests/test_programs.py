@@ -274,6 +274,58 @@ def test_parameters_in_mapped_memory_are_read_in_place(tmp_path):
     assert stats["peak_bytes"] <= limit and stats["rematerializations"] > 0, stats
 
 
+def test_sparse_tensors_made_of_evictable_activations():
+    """A sparse tensor's values and indices are strided storages, but ops on
+    the sparse tensor are not seen as reading them. Values computed inside
+    the budget (edge weights of a graph network) were evicted and the sparse
+    product then read freed memory (a segfault here, or "data is not
+    allocated yet"); an
+    in-place write through the sparse tensor must not change what ops that
+    read it before recompute. The parts are now kept as constants."""
+    nodes, edges = 512, 4096
+
+    def program():
+        lin, att = torch.nn.Linear(32, 32), torch.nn.Linear(32, 1)
+        x = torch.randn(nodes, 32)
+        src, dst = torch.randint(0, nodes, (edges,)), torch.randint(0, nodes, (edges,))
+        h = lin(x).relu()
+        weights = (att(h[src]) + att(h[dst])).squeeze(1).sigmoid()
+        adjacency = torch.sparse_coo_tensor(torch.stack([dst, src]), weights, (nodes, nodes))
+        frozen = torch.sparse_coo_tensor(adjacency._indices(), weights.detach() * 2,
+                                         (nodes, nodes))
+        read = torch.sparse.mm(frozen, h.detach())
+        later = pressure(h, 12)  # the weights and `read` are evicted
+        frozen.mul_(0.5)  # written through the sparse tensor, after `read` read it
+        out = torch.sparse.mm(adjacency, h)
+        loss = (out.square().mean() + later[-1].mean() + read.mean()
+                + torch.sparse.mm(frozen, h).mean())
+        loss.backward()
+        return loss, lin.weight.grad, att.weight.grad, later[3], read
+
+    # Stock PyTorch's sparse backward sums in an order that varies between
+    # runs on several threads: one thread makes the reference repeatable.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        check(program, limit=9 * MiB // 4)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_quantized_tensors_made_inside_the_budget():
+    """A quantized tensor's storage holds its integers; its scale and zero
+    point live beside it. A call that read one was recomputed over a plain
+    tensor rebuilt from the storage, which has no quantizer, and failed."""
+    def program():
+        x = torch.randn(512, 512)
+        q = torch.quantize_per_tensor(x, 0.05, 0, torch.qint8)
+        y = q.dequantize() * 2
+        values = pressure(x, 12)  # `y` and its input are evicted, then read
+        return y.sum(), q.int_repr(), values[-1]
+
+    check(program, limit=4 * MiB)
+
+
 def test_lazy_conjugate_and_negative_views_recompute_as_read():
     """`a.mH` is a view with PyTorch's conjugate bit and `a.conj().imag` one
     with its negative bit: ops read the storage conjugated or negated. A
@@ -289,6 +341,27 @@ def test_lazy_conjugate_and_negative_views_recompute_as_read():
         return c.clone(), d.clone(), values[-1]
 
     check(program, limit=3 * MiB)
+
+
+def test_nested_tensors_of_the_transformer_fast_path():
+    """`nn.TransformerEncoder` in evaluation, given a padding mask, runs on
+    nested tensors (one buffer, sizes kept apart): the session recorded them
+    as strided tensors and failed on their sizes."""
+    encoder = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2).eval()
+    lengths = torch.tensor([[64], [40], [20], [8]])
+
+    def program():
+        x = torch.randn(4, 64, 64)
+        padding = torch.arange(64)[None] >= lengths
+        with torch.no_grad():
+            outputs = [encoder(x, src_key_padding_mask=padding)]
+            for _ in range(3):
+                outputs.append(encoder(outputs[-1], src_key_padding_mask=padding))
+        values = pressure(x, 16)  # 64 KiB each: older ones are evicted
+        return outputs, values[2].sum(), values[-1]
+
+    check(program, limit=MiB)
 
 
 def test_host_reads_of_evicted_storages_through_the_storage_itself():

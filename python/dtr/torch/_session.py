@@ -177,6 +177,31 @@ def _is_index(tensor: _Tensor) -> bool:
     return not (tensor.is_floating_point() or tensor.is_complex())
 
 
+_CSR_LIKE = (torch.sparse_csr, torch.sparse_bsr)
+_CSC_LIKE = (torch.sparse_csc, torch.sparse_bsc)
+
+
+def _parts(tensor: _Tensor) -> tuple:
+    """The strided tensors a sparse, nested or quantized tensor is made of
+    (called inside the dispatch mode's handler, where ops run untracked). A
+    nested or quantized tensor keeps what a recomputation could not rebuild
+    from its storage alone (its tensors' sizes; its scale and zero point)."""
+    layout = tensor.layout
+    if layout is torch.sparse_coo:
+        return tensor._indices(), tensor._values()
+    if layout in _CSR_LIKE:
+        return tensor.crow_indices(), tensor.col_indices(), tensor.values()
+    if layout in _CSC_LIKE:
+        return tensor.ccol_indices(), tensor.row_indices(), tensor.values()
+    if layout is torch.jagged:  # a Python subclass holding its parts
+        parts = (tensor._values, tensor._offsets, getattr(tensor, "_lengths", None))
+        return tuple(part for part in parts if isinstance(part, _Tensor))
+    if tensor.is_nested or tensor.is_quantized:  # one buffer, seen as bytes
+        buffer = torch.empty((0,), dtype=torch.uint8, device=tensor.device)
+        return (buffer.set_(_storage_of(tensor)),)
+    return ()
+
+
 def _same_bytes(a: torch.UntypedStorage, b: torch.UntypedStorage) -> bool:
     if a.nbytes() != b.nbytes():
         return False
@@ -503,13 +528,14 @@ class Session:
 
     def _track(self, tensor: _Tensor, op: str = "") -> Optional[_Slot]:
         """The tensor's slot, adopting its storage as a constant when new;
-        None for tensors outside the budget (other devices, sparse, meta)."""
+        None for tensors outside the budget (other devices, meta) and for
+        sparse, nested and quantized ones (see :meth:`_parts_of`)."""
         device = tensor.device
         if device != self.device:
             if self.device is not None or device.type == "meta":
                 return None
             self.device = device
-        if tensor.layout is not _STRIDED:
+        if tensor.layout is not _STRIDED or tensor.is_nested or tensor.is_quantized:
             return None
         storage = _storage_of(tensor)
         slot = self._slots.get(storage._cdata)
@@ -530,6 +556,24 @@ class Session:
             if tensor.requires_grad and tensor.is_leaf:
                 self._grad_hooks.append(tensor.register_post_accumulate_grad_hook(self._pin_grad))
         return slot
+
+    def _parts_of(self, tensor: _Tensor, op: str) -> List[_Slot]:
+        """The slots of the strided storages a sparse, nested or quantized
+        tensor is made of (its values and indices, or its one buffer), kept as
+        constants: ops on such a tensor are not tracked as reading them, so
+        none may be evicted (they are adopted as constants when new, made
+        constants otherwise). Listed as inputs of the ops that read them, an
+        in-place write to one preserves what was computed from them."""
+        slots = []
+        for part in _parts(tensor):
+            slot = self._track(part, op)
+            if slot is None:
+                continue
+            if not slot.constant:
+                self._detach(slot, op, "keeping what a sparse, nested or quantized tensor "
+                             "is made of")
+            slots.append(slot)
+        return slots
 
     def _readopt(self, slot: _Slot, nbytes: int, op: str) -> int:
         """A constant's storage changed size in place: the engine adopts it
@@ -779,6 +823,10 @@ class Session:
         """Tracks a tensor argument as an input; its template when recording."""
         slot = self._track(tensor, op)
         if slot is None:
+            for part in self._parts_of(tensor, op):
+                if part.key not in index_of:
+                    index_of[part.key] = len(inputs)
+                    inputs.append(part)
             return tensor
         index = index_of.get(slot.key)
         if index is None:
@@ -819,8 +867,17 @@ class Session:
         if info.writes or info.hidden_writes:
             for written in info.written(args, kwargs):
                 for tensor in _flatten(written, []):
-                    slot = self._track(tensor, info.name) if isinstance(tensor, _Tensor) else None
-                    if slot is None or slot in versioned or slot in constants_written:
+                    if not isinstance(tensor, _Tensor):
+                        continue
+                    slot = self._track(tensor, info.name)
+                    if slot is None:  # sparse, nested or quantized: its parts are constants
+                        for part in self._parts_of(tensor, info.name):
+                            if part not in constants_written:
+                                self._preserve_dependents(part, info.name,
+                                                          "preparing its in-place write")
+                                constants_written.append(part)
+                        continue
+                    if slot in versioned or slot in constants_written:
                         continue
                     if slot.constant or not torch.is_grad_enabled():
                         what = "preparing its in-place write"
@@ -893,7 +950,8 @@ class Session:
         flat = [result] if type(result) is _Tensor else _flatten(result, [])
         slots = self._slots
         for position, value in enumerate(flat):
-            if not isinstance(value, _Tensor) or value.layout is not _STRIDED:
+            if (not isinstance(value, _Tensor) or value.layout is not _STRIDED
+                    or value.is_nested or value.is_quantized):
                 continue
             if value.device != self.device:
                 if self.device is not None or value.device.type == "meta":
