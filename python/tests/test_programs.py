@@ -326,7 +326,7 @@ def test_quantized_tensors_made_inside_the_budget():
         values = pressure(x, 12)  # `y` and its input are evicted, then read
         return y.sum(), q.int_repr(), values[-1]
 
-    check(program, limit=4 * MiB)
+    check(program, limit=4 * MiB, heuristic="lru")
 
 
 def test_lazy_conjugate_and_negative_views_recompute_as_read():
@@ -343,7 +343,7 @@ def test_lazy_conjugate_and_negative_views_recompute_as_read():
         values = pressure(b, 10)  # `c` and `d` are evicted, then read
         return c.clone(), d.clone(), values[-1]
 
-    check(program, limit=3 * MiB)
+    check(program, limit=3 * MiB, heuristic="lru")
 
 
 def test_nested_tensors_of_the_transformer_fast_path():
@@ -364,7 +364,7 @@ def test_nested_tensors_of_the_transformer_fast_path():
         values = pressure(x, 16)  # 64 KiB each: older ones are evicted
         return outputs, values[2].sum(), values[-1]
 
-    check(program, limit=MiB)
+    check(program, limit=MiB, heuristic="lru")
 
 
 def test_host_reads_of_evicted_storages_through_the_storage_itself():
