@@ -346,6 +346,24 @@ def test_lazy_conjugate_and_negative_views_recompute_as_read():
     check(program, limit=3 * MiB, heuristic="lru")
 
 
+def test_functorch_transforms_and_forward_mode():
+    """`torch.func.jvp` and `hessian` wrap tensors (forward-mode duals,
+    batched and grad-tracking wrappers) whose storages hold no memory of
+    their own: the session tracked them and failed to free them ("resize_()
+    on an invalid python storage")."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 8))
+
+    def program():
+        x, tangent = torch.randn(512, 64), torch.randn(512, 64)
+        values = pressure(x, 6)  # 128 KiB each: older ones are evicted
+        out, directional = torch.func.jvp(lambda z: model(z).sum(-1), (x,), (tangent,))
+        curvature = torch.func.hessian(lambda z: model(z).pow(2).sum())(x[:2, :8].repeat(1, 8))
+        return out, directional, curvature, values[1].sum(), values[-1]
+
+    check(program, limit=2 * MiB, heuristic="lru")
+
+
 def test_nested_tensors_of_the_transformer_fast_path():
     """`nn.TransformerEncoder` in evaluation, given a padding mask, runs on
     nested tensors (one buffer, sizes kept apart): the session recorded them

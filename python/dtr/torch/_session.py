@@ -202,6 +202,17 @@ def _parts(tensor: _Tensor) -> tuple:
     return ()
 
 
+def _holds_no_memory(storage: torch.UntypedStorage) -> bool:
+    """A tensor wrapper's storage (functorch's transforms, forward-mode AD,
+    `_make_wrapper_subclass` subclasses): sized, but with no memory of its
+    own, so there is nothing to count, evict or recompute."""
+    try:
+        storage.data_ptr()
+    except RuntimeError:  # "an invalid python storage": PyTorch's own name for it
+        return True
+    return False
+
+
 def _same_bytes(a: torch.UntypedStorage, b: torch.UntypedStorage) -> bool:
     if a.nbytes() != b.nbytes():
         return False
@@ -540,6 +551,8 @@ class Session:
         storage = _storage_of(tensor)
         slot = self._slots.get(storage._cdata)
         if slot is None:
+            if _holds_no_memory(storage):
+                return None
             slot = self._new_slot(storage)
             slot.constant = True
             slot.readers = None
@@ -958,8 +971,8 @@ class Session:
                     continue
                 self.device = value.device  # a factory op is the first to run
             storage = _storage_of(value)
-            if storage._cdata in slots or storage.nbytes() == 0:
-                continue  # a view of an input, an in-place result, or empty
+            if storage._cdata in slots or storage.nbytes() == 0 or _holds_no_memory(storage):
+                continue  # a view of an input, an in-place result, empty, or a wrapper
             fresh.append(self._new_slot(storage))
             sources.append(position)
         if not fresh and not versioned:
