@@ -274,7 +274,7 @@ def test_parameters_in_mapped_memory_are_read_in_place(tmp_path):
         session.check()
     same(expected, actual)
     stats = session.stats()
-    assert stats["peak_bytes"] <= limit and stats["rematerializations"] > 0, stats
+    assert stats["peak_bytes"] <= limit and stats["evictions"] > 0, stats
 
 
 def test_sparse_tensors_made_of_evictable_activations():
@@ -282,9 +282,9 @@ def test_sparse_tensors_made_of_evictable_activations():
     the sparse tensor are not seen as reading them. Values computed inside
     the budget (edge weights of a graph network) were evicted and the sparse
     product then read freed memory (a segfault here, or "data is not
-    allocated yet"); an
-    in-place write through the sparse tensor must not change what ops that
-    read it before recompute. The parts are now kept as constants."""
+    allocated yet"); an in-place write through the sparse tensor must not
+    change what ops that read it before recompute. The parts are now kept
+    as constants."""
     nodes, edges = 512, 4096
 
     def program():
@@ -310,7 +310,7 @@ def test_sparse_tensors_made_of_evictable_activations():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        check(program, limit=9 * MiB // 4)
+        check(program, limit=9 * MiB // 4, remats=False)
     finally:
         torch.set_num_threads(threads)
 
