@@ -883,23 +883,20 @@ class Session:
                     if not isinstance(tensor, _Tensor):
                         continue
                     slot = self._track(tensor, info.name)
-                    if slot is None:  # sparse, nested or quantized: its parts are constants
-                        for part in self._parts_of(tensor, info.name):
-                            if part not in constants_written:
-                                self._preserve_dependents(part, info.name,
-                                                          "preparing its in-place write")
-                                constants_written.append(part)
-                        continue
-                    if slot in versioned or slot in constants_written:
-                        continue
-                    if slot.constant or not torch.is_grad_enabled():
-                        what = "preparing its in-place write"
-                        self._preserve_dependents(slot, info.name, what)
-                        if not slot.constant:
-                            self._detach(slot, info.name, what)
-                        constants_written.append(slot)
-                    else:
-                        versioned.append(slot)
+                    # A sparse, nested or quantized tensor writes its parts
+                    # (constants all).
+                    for slot in ((slot,) if slot is not None
+                                 else self._parts_of(tensor, info.name)):
+                        if slot in versioned or slot in constants_written:
+                            continue
+                        if slot.constant or not torch.is_grad_enabled():
+                            what = "preparing its in-place write"
+                            self._preserve_dependents(slot, info.name, what)
+                            if not slot.constant:
+                                self._detach(slot, info.name, what)
+                            constants_written.append(slot)
+                        else:
+                            versioned.append(slot)
 
         pinned: Optional[List[int]] = None
         # Every op needs its inputs resident, views too: they check the
