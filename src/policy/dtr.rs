@@ -7,15 +7,19 @@
 //! (found by one walk outward from `v`). A score is then O(1) except after
 //! a change nearby, instead of a graph walk per candidate per eviction.
 //!
-//! Evictions and rematerialisations are settled lazily, before the next
-//! scoring pass: a storage on an affected path that changed meanwhile has
-//! its own walk, so the union of walks then still covers every affected
-//! cache. A walk needs the edges the change was seen through, so a storage
-//! whose edges are about to be removed (freed, detached) is settled at
-//! once, whatever its residency: one rematerialised and then freed before
-//! the next pass would otherwise leave the caches that counted it while it
-//! was evicted stale. When changes outnumber a quarter of the cache (the
-//! eager evictions between two eviction rounds), clearing it is cheaper.
+//! Changes are settled lazily, before the next scoring pass, by one walk
+//! from all of them per direction: a storage on an affected path that
+//! changed meanwhile is a source of that walk too, so it still reaches
+//! every affected cache. A walk needs the edges the change was seen
+//! through, so a storage whose edges are about to be removed (freed,
+//! detached) leaves its neighbours as sources: every cache that could see
+//! it sees one of them (one rematerialised and then freed before the next
+//! pass would otherwise leave the caches that counted it while it was
+//! evicted stale). A backward pass frees its history a storage at a time,
+//! each inside the same large evicted region: walking the region per
+//! freed storage made a recurrent network's replay quadratic. When
+//! changes outnumber a quarter of the cache (the eager evictions between
+//! two eviction rounds), clearing it is cheaper.
 //! [`DtrWalk`] walks every time; it is the reference the cache is tested
 //! against, decision for decision.
 //!
@@ -43,8 +47,32 @@ pub struct Dtr {
     /// Evicted or rematerialised since the last scoring pass, each once.
     unsettled: Vec<StorageId>,
     /// The storages of `unsettled` whose walk is still owed (a storage
-    /// settled early by [`Heuristic::on_graph_change`] leaves it).
+    /// whose edges change leaves it for `removals`).
     owed: SecondaryMap<StorageId, ()>,
+    /// Where regions may have lost cost since the last pass, through
+    /// storages whose edges changed.
+    removals: Removals,
+}
+
+/// The sources of the walks that forget the caches a removal may have
+/// shrunk: the storages whose edges changed (where they remain) and, per
+/// walk direction, the neighbours they had before.
+#[derive(Default)]
+struct Removals {
+    changed: Vec<StorageId>,
+    /// Indexed by [`slot`] of the walk's direction.
+    neighbours: [Vec<StorageId>; 2],
+}
+
+impl Removals {
+    fn len(&self) -> usize {
+        self.changed.len() + self.neighbours[0].len() + self.neighbours[1].len()
+    }
+
+    fn clear(&mut self) {
+        self.changed.clear();
+        self.neighbours.iter_mut().for_each(Vec::clear);
+    }
 }
 
 /// What is known of a region's cost since its last change.
@@ -106,17 +134,29 @@ impl Dtr {
             .or_insert([None, None])[slot(direction)] = Some(region);
     }
 
-    /// Forgets every cached region that `changed` is in or borders: walking
-    /// towards ancestors reaches the storages whose descendant regions can
-    /// see `changed`, and the other way round. After an eviction (`grew`)
-    /// their costs stay as floors: the regions can only have grown.
-    fn invalidate_around(&mut self, graph: &Graph, changed: StorageId, grew: bool) {
+    /// Forgets every cached region that a storage of `changed` (or one of
+    /// `neighbours`, a storage next to one removed) is in or borders:
+    /// walking towards ancestors reaches the storages whose descendant
+    /// regions can see them, and the other way round. After evictions
+    /// (`grew`) their costs stay as floors: the regions can only have
+    /// grown.
+    fn invalidate_around(
+        &mut self,
+        graph: &Graph,
+        changed: &[StorageId],
+        neighbours: &[Vec<StorageId>; 2],
+        grew: bool,
+    ) {
         for (walk, forget) in [
             (Direction::Ancestors, Direction::Descendants),
             (Direction::Descendants, Direction::Ancestors),
         ] {
+            let neighbours = &neighbours[slot(walk)];
+            if changed.is_empty() && neighbours.is_empty() {
+                continue;
+            }
             self.scratch.clear();
-            self.walker.reach(graph, changed, walk, &mut self.scratch);
+            (self.walker).reach(graph, changed, neighbours, walk, &mut self.scratch);
             for &storage in &self.scratch {
                 if let Some(entry) = self.cached.get_mut(storage) {
                     let region = &mut entry[slot(forget)];
@@ -127,6 +167,22 @@ impl Dtr {
                     };
                 }
             }
+        }
+    }
+
+    /// Notes that `storage`'s edges change: the next pass forgets around it
+    /// and around the neighbours it has now.
+    fn note_removal(&mut self, graph: &Graph, storage: StorageId) {
+        let removals = &mut self.removals;
+        removals.changed.push(storage);
+        for walk in [Direction::Ancestors, Direction::Descendants] {
+            let neighbours = &mut removals.neighbours[slot(walk)];
+            self.walker.neighbours(graph, storage, walk, neighbours);
+        }
+        if removals.len() > self.cached.len() {
+            // Cheaper to forget everything than to walk from all of them.
+            self.cached.clear();
+            self.removals.clear();
         }
     }
 }
@@ -228,30 +284,31 @@ impl Heuristic for Dtr {
     /// regions that see it.
     fn before_scoring(&mut self, graph: &Graph) {
         let evicted = |storage: StorageId| graph.storages[storage].residency == Residency::Evicted;
-        let owed = &self.owed;
-        let changes = || {
-            self.unsettled
-                .iter()
-                .filter(|&&storage| owed.contains_key(storage))
-        };
-        let wholesale = self.cached.is_empty() || 4 * self.unsettled.len() >= self.cached.len();
-        if wholesale {
-            // One pass over the cache beats a walk per change.
-            if changes().all(|&storage| evicted(storage)) {
+        let mut unsettled = std::mem::take(&mut self.unsettled);
+        // Storages whose edges changed since are no longer owed.
+        unsettled.retain(|&storage| self.owed.remove(storage).is_some());
+        let changes = unsettled.len() + self.removals.len();
+        if self.cached.is_empty() || 4 * changes >= self.cached.len() {
+            // One pass over the cache beats walks from every change.
+            if self.removals.len() == 0 && unsettled.iter().all(|&storage| evicted(storage)) {
                 for entry in self.cached.values_mut() {
                     *entry = entry.map(|region| region.map(Region::demoted));
                 }
             } else {
                 self.cached.clear();
             }
+        } else {
+            // Evictions first: forgetting wins over keeping a floor.
+            let (grown, mut shrunk): (Vec<_>, Vec<_>) =
+                unsettled.iter().partition(|&&storage| evicted(storage));
+            self.invalidate_around(graph, &grown, &Default::default(), true);
+            shrunk.extend_from_slice(&self.removals.changed);
+            let neighbours = std::mem::take(&mut self.removals.neighbours);
+            self.invalidate_around(graph, &shrunk, &neighbours, false);
+            self.removals.neighbours = neighbours;
         }
-        let mut unsettled = std::mem::take(&mut self.unsettled);
-        for storage in unsettled.drain(..) {
-            // Storages settled early (freed ones included) are no longer owed.
-            if self.owed.remove(storage).is_some() && !wholesale {
-                self.invalidate_around(graph, storage, evicted(storage));
-            }
-        }
+        self.removals.clear();
+        unsettled.clear();
         self.unsettled = unsettled;
     }
 
@@ -269,14 +326,13 @@ impl Heuristic for Dtr {
     /// unsettled rematerialisation); otherwise it changes only its own
     /// regions.
     fn on_graph_change(&mut self, storage: StorageId, graph: &Graph) {
-        // Removals cannot wait: the edges are gone by the next pass.
         let owed = self.owed.remove(storage).is_some();
         if self.cached.is_empty() {
             return; // nothing to forget, and nothing cached before the next pass settles
         }
         match graph.storages[storage].residency {
-            Residency::Evicted => self.invalidate_around(graph, storage, false),
-            Residency::Resident if owed => self.invalidate_around(graph, storage, false),
+            Residency::Evicted => self.note_removal(graph, storage),
+            Residency::Resident if owed => self.note_removal(graph, storage),
             Residency::Resident => {
                 self.cached.remove(storage);
             }

@@ -77,17 +77,19 @@ impl RegionWalker {
         soonest
     }
 
-    /// Every storage the region walk from `base` touches: `base`, the
-    /// evicted storages of its region, and the resident ones bordering it.
+    /// Every storage the region walks from `bases` and `seeds` touch, once:
+    /// the bases, whatever their residency, the seeds still in the graph
+    /// and computed, the evicted storages of the regions around them, and
+    /// the resident ones bordering those (see [`RegionWalker::walk_from`]).
     pub fn reach(
         &mut self,
         graph: &Graph,
-        base: StorageId,
+        bases: &[StorageId],
+        seeds: &[StorageId],
         direction: Direction,
         found: &mut Vec<StorageId>,
     ) {
-        found.push(base);
-        self.walk(graph, base, direction, |storage, _| {
+        self.walk_from(graph, bases, seeds, direction, |storage, _| {
             found.push(storage);
             true
         });
@@ -97,6 +99,7 @@ impl RegionWalker {
     /// visited before, once, with whether it is resident; expands through
     /// evicted ones only, and stops when `visit` says so (returns false).
     /// Pending outputs (not computed yet) are invisible.
+    #[inline(always)]
     fn walk(
         &mut self,
         graph: &Graph,
@@ -104,54 +107,157 @@ impl RegionWalker {
         direction: Direction,
         mut visit: impl FnMut(StorageId, bool) -> bool,
     ) {
+        self.start([base]);
+        self.expand(graph, direction, true, &mut visit);
+    }
+
+    /// One walk from many places: it expands from each base still in the
+    /// graph, whatever its residency, and visits each seed as if a step
+    /// had reached it (a seed is where a region used to reach through a
+    /// storage since removed). Unlike [`RegionWalker::walk`], it visits the
+    /// bases too.
+    fn walk_from(
+        &mut self,
+        graph: &Graph,
+        bases: &[StorageId],
+        seeds: &[StorageId],
+        direction: Direction,
+        mut visit: impl FnMut(StorageId, bool) -> bool,
+    ) {
+        self.start(
+            bases
+                .iter()
+                .copied()
+                .filter(|&base| graph.storages.contains_key(base)),
+        );
+        for &base in &self.stack {
+            visit(base, graph.storages[base].residency == Residency::Resident);
+        }
+        let generation = self.generation;
+        let mut going = true;
+        for &seed in seeds {
+            if graph.storages.contains_key(seed) {
+                self.step(graph, seed, generation, &mut going, &mut visit);
+            }
+        }
+        self.expand(graph, direction, going, &mut visit);
+    }
+
+    /// Begins a walk at `bases`: queued for expansion, each once, and not
+    /// visited.
+    fn start(&mut self, bases: impl IntoIterator<Item = StorageId>) {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
             self.visited.clear();
             self.generation = 1;
         }
-        let generation = self.generation;
         self.stack.clear();
-        self.stack.push(base);
-        self.visited.insert(base, generation);
-        let mut going = true;
-        while let Some(storage) = self.stack.pop() {
-            for &tensor in &graph.storages[storage].tensors {
-                let info = &graph.tensors[tensor];
-                let mut step = |next: StorageId| {
-                    if !going || self.visited.get(next) == Some(&generation) {
-                        return;
-                    }
-                    self.visited.insert(next, generation);
-                    let residency = graph.storages[next].residency;
-                    if residency == Residency::Pending {
-                        return;
-                    }
-                    let resident = residency == Residency::Resident;
-                    going = visit(next, resident);
-                    if !resident {
-                        self.stack.push(next);
-                    }
-                };
-                match direction {
-                    Direction::Ancestors => {
-                        if let Some(node) = info.producer {
-                            for &input in graph.nodes[node].inputs() {
-                                step(graph.tensors[input].storage);
-                            }
-                        }
-                    }
-                    Direction::Descendants => {
-                        for node in info.consumers.iter(&graph.nodes) {
-                            for output in graph.nodes[node].live_outputs() {
-                                step(graph.tensors[output].storage);
-                            }
-                        }
-                    }
-                }
+        for base in bases {
+            if self.visited.insert(base, self.generation) != Some(self.generation) {
+                self.stack.push(base);
             }
+        }
+    }
+
+    /// Visits `next` unless seen in this walk or pending, and queues it for
+    /// expansion when evicted.
+    #[inline(always)]
+    fn step(
+        &mut self,
+        graph: &Graph,
+        next: StorageId,
+        generation: u32,
+        going: &mut bool,
+        visit: &mut impl FnMut(StorageId, bool) -> bool,
+    ) {
+        if !*going || self.visited.get(next) == Some(&generation) {
+            return;
+        }
+        self.visited.insert(next, generation);
+        let residency = graph.storages[next].residency;
+        if residency == Residency::Pending {
+            return;
+        }
+        let resident = residency == Residency::Resident;
+        *going = visit(next, resident);
+        if !resident {
+            self.stack.push(next);
+        }
+    }
+
+    /// Expands the queued storages through their neighbours in
+    /// `direction`, until none is left or `visit` says stop.
+    #[inline(always)]
+    fn expand(
+        &mut self,
+        graph: &Graph,
+        direction: Direction,
+        mut going: bool,
+        visit: &mut impl FnMut(StorageId, bool) -> bool,
+    ) {
+        let generation = self.generation;
+        if !going {
+            self.stack.clear();
+        }
+        while let Some(storage) = self.stack.pop() {
+            self.step_around(graph, storage, direction, generation, &mut going, visit);
             if !going {
                 self.stack.clear();
             }
         }
+    }
+
+    /// [`RegionWalker::step`]s to each storage one step from `storage` in
+    /// `direction`.
+    #[inline(always)]
+    fn step_around(
+        &mut self,
+        graph: &Graph,
+        storage: StorageId,
+        direction: Direction,
+        generation: u32,
+        going: &mut bool,
+        visit: &mut impl FnMut(StorageId, bool) -> bool,
+    ) {
+        for &tensor in &graph.storages[storage].tensors {
+            let info = &graph.tensors[tensor];
+            match direction {
+                Direction::Ancestors => {
+                    if let Some(node) = info.producer {
+                        for &input in graph.nodes[node].inputs() {
+                            let next = graph.tensors[input].storage;
+                            self.step(graph, next, generation, going, visit);
+                        }
+                    }
+                }
+                Direction::Descendants => {
+                    for node in info.consumers.iter(&graph.nodes) {
+                        for output in graph.nodes[node].live_outputs() {
+                            let next = graph.tensors[output].storage;
+                            self.step(graph, next, generation, going, visit);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds to `found` the storages one step from `storage` in `direction`,
+    /// each once (pending ones, which no region reaches, left out).
+    pub fn neighbours(
+        &mut self,
+        graph: &Graph,
+        storage: StorageId,
+        direction: Direction,
+        found: &mut Vec<StorageId>,
+    ) {
+        self.start([storage]);
+        let generation = self.generation;
+        let mut visit = |next, _| {
+            found.push(next);
+            true
+        };
+        self.step_around(graph, storage, direction, generation, &mut true, &mut visit);
+        self.stack.clear();
     }
 }
