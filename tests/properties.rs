@@ -10,7 +10,7 @@ use dtr::trace::recorder::TraceRecorder;
 use dtr::trace::{native, replay};
 use dtr::{
     BinaryOp, Config, CpuBackend, Error, Interpreter, Op, ReduceOp, RestoreMode, ScalarOp,
-    SwapConfig, TensorId, UnaryOp,
+    SimulatorBackend, SwapConfig, TensorId, UnaryOp,
 };
 use proptest::prelude::*;
 use recording::SharedBuffer;
@@ -779,23 +779,7 @@ proptest! {
         restore in prop::sample::select(vec![RestoreMode::Drop, RestoreMode::Swap, RestoreMode::Hybrid]),
         bandwidth in prop::sample::select(vec![1e8, 4e9, 1e12]),
     ) {
-        let buffer = SharedBuffer::default();
-        let mut recorded = Runner::prepared(Config::default(), |dtr| {
-            dtr.set_observer(Box::new(TraceRecorder::new(buffer.clone()).unwrap()))
-        });
-        recorded.run(&program);
-        // The live tensors are the program's outputs: pinned at its end, as
-        // a log's are, then read.
-        for &tensor in &recorded.live {
-            recorded.dtr.pin(tensor).unwrap();
-        }
-        for &tensor in &recorded.live {
-            recorded.dtr.get_value(tensor).unwrap();
-        }
-        recorded.dtr.finish_observer().unwrap();
-        let text = buffer.text();
-        let trace = native::parse("recorded", &text).unwrap();
-
+        let trace = recorded_trace(&program);
         let mut unbounded = Interpreter::new(CpuBackend::new(), Config::default()).unwrap();
         let expected = replay::replay(&trace, &mut unbounded, replay::Kernels::Execute).unwrap();
         prop_assert_eq!(expected.status, replay::ReplayStatus::Ok);
@@ -819,4 +803,57 @@ proptest! {
             status => prop_assert_eq!(status, replay::ReplayStatus::OutOfMemory, "{:?}", observed.message),
         }
     }
+
+    /// `dtr-next`'s bounded search (candidates skipped by a lower bound,
+    /// walks for the soonest read stopped once the candidate cannot win)
+    /// decides exactly as scoring every candidate in full, in the three
+    /// memory models, guarded or not, dropping or swapping.
+    #[test]
+    fn looking_ahead_with_bounds_decides_like_scoring_in_full(
+        program in prop::collection::vec(step(), 1..80),
+        budget_fraction in 0.1f64..1.0,
+        memory in prop::sample::select(vec![
+            MemoryModel::Counter,
+            MemoryModel::Arena { alignment: 16 },
+            MemoryModel::CompactingArena { alignment: 16 },
+        ]),
+        guarded in any::<bool>(),
+        restore in prop::sample::select(vec![RestoreMode::Drop, RestoreMode::Hybrid]),
+    ) {
+        let trace = recorded_trace(&program);
+        let peak = replay::baseline(&trace).peak_bytes;
+        let budget = ((peak as f64 * budget_fraction) as u64).max(1);
+        let run = |heuristic: &str| {
+            let config = Config::default()
+                .with_heuristic(heuristic)
+                .with_memory(memory)
+                .with_kept_needed_history(guarded)
+                .with_remat_memory_guard(guarded)
+                .with_restore(restore)
+                .with_budget_bytes(budget)
+                .with_events(true);
+            let mut dtr = Interpreter::new(SimulatorBackend::new(), config).unwrap();
+            let report = replay::replay(&trace, &mut dtr, replay::Kernels::Recorded).unwrap();
+            (report.status, report.message, dtr.stats().clone(), dtr.events().to_vec())
+        };
+        prop_assert_eq!(run("dtr-next"), run("dtr-next-walk"));
+    }
+}
+
+/// `program` run unbounded and recorded as a trace, its live tensors (its
+/// outputs) pinned at the end, as a log's are, then read.
+fn recorded_trace(program: &[Step]) -> dtr::trace::Trace {
+    let buffer = SharedBuffer::default();
+    let mut recorded = Runner::prepared(Config::default(), |dtr| {
+        dtr.set_observer(Box::new(TraceRecorder::new(buffer.clone()).unwrap()))
+    });
+    recorded.run(program);
+    for &tensor in &recorded.live {
+        recorded.dtr.pin(tensor).unwrap();
+    }
+    for &tensor in &recorded.live {
+        recorded.dtr.get_value(tensor).unwrap();
+    }
+    recorded.dtr.finish_observer().unwrap();
+    native::parse("recorded", &buffer.text()).unwrap()
 }

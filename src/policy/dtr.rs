@@ -197,6 +197,20 @@ impl Dtr {
     }
 }
 
+impl Dtr {
+    /// At most [`Dtr::neighbourhood_cost`]: `c0(s)` plus what is known of
+    /// its regions, without walking them (settle first, as for that).
+    pub fn neighbourhood_cost_floor(&self, storage: StorageId, graph: &Graph) -> u64 {
+        let known = [Direction::Descendants, Direction::Ancestors].map(|direction| {
+            self.cached_region(storage, direction)
+                .map_or(0, Region::floor)
+        });
+        (graph.storages[storage].cost)
+            .saturating_add(known[0])
+            .saturating_add(known[1])
+    }
+}
+
 impl Heuristic for Dtr {
     fn score(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
         let cost = self.neighbourhood_cost(storage, view.graph);
@@ -259,13 +273,7 @@ impl Heuristic for Dtr {
     /// `(c0(s) + what is known of its regions) / (m(s) · stale(s))`:
     /// regions only add cost.
     fn lower_bound(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
-        let known = [Direction::Descendants, Direction::Ancestors].map(|direction| {
-            self.cached_region(storage, direction)
-                .map_or(0, Region::floor)
-        });
-        let cost = (view.graph.storages[storage].cost)
-            .saturating_add(known[0])
-            .saturating_add(known[1]);
+        let cost = self.neighbourhood_cost_floor(storage, view.graph);
         cost_density(cost, storage, view.graph)
     }
 

@@ -24,18 +24,43 @@ pub struct DtrNext {
     /// The neighbourhood costs, cached as `dtr` caches them.
     dtr: Dtr,
     walker: RegionWalker,
+    /// Scores every candidate in full, as the reference that the bounded
+    /// search is tested against, decision for decision.
+    walks_every_score: bool,
+}
+
+/// `cost / (m · until)`: 0 when the storage is never read again, ∞ when
+/// it is read now. It never falls as `until` shrinks or `cost` grows.
+fn cost_per_byte_time(cost: f64, bytes: u64, until: Option<u64>) -> f64 {
+    let Some(until) = until else {
+        return 0.0;
+    };
+    let denominator = bytes as f64 * until as f64;
+    if denominator > 0.0 {
+        cost / denominator
+    } else {
+        f64::INFINITY
+    }
 }
 
 impl DtrNext {
+    /// The reference: no candidate skipped by a bound, every walk to its end.
+    pub fn walking() -> Self {
+        Self {
+            walks_every_score: true,
+            ..Self::default()
+        }
+    }
+
     /// The time until the program next reads the storage or an evicted
     /// descendant (recomputing that one needs this storage too); `None`
     /// when neither is read again.
     fn until_next_read(&mut self, storage: StorageId, graph: &Graph) -> Option<u64> {
         let own = graph.until_next_read(storage);
-        let through = self
-            .walker
-            .soonest_read(graph, storage, Direction::Descendants);
-        own.into_iter().chain(through).min()
+        let through =
+            self.walker
+                .soonest_read_unless(graph, storage, Direction::Descendants, |_| false);
+        own.into_iter().chain(through.unwrap_or_else(Some)).min()
     }
 
     /// The neighbourhood's cost over the time until the next read: what
@@ -63,12 +88,60 @@ impl Heuristic for DtrNext {
             return 0.0;
         };
         let cost = self.dtr.neighbourhood_cost(storage, graph) as f64;
-        let denominator = graph.storages[storage].bytes as f64 * until as f64;
-        if denominator > 0.0 {
-            cost / denominator
-        } else {
-            f64::INFINITY
+        cost_per_byte_time(cost, graph.storages[storage].bytes, Some(until))
+    }
+
+    /// The score where it is at most `best`. The neighbourhood's cost is
+    /// bounded by what the cache knows before it is walked, and the walk
+    /// for the soonest read stops once a read so soon turns up that the
+    /// score is above `best`: on long evicted regions (a recurrent
+    /// network's backward pass) most candidates stop early.
+    fn score_within(&mut self, storage: StorageId, view: &PolicyView<'_>, best: f64) -> f64 {
+        let graph = view.graph;
+        if !graph.foresight.known {
+            return self.dtr.score_within(storage, view, best);
         }
+        if self.walks_every_score {
+            return self.score(storage, view);
+        }
+        if self.lower_bound(storage, view) > best {
+            return f64::INFINITY;
+        }
+        let bytes = graph.storages[storage].bytes;
+        let own = graph.until_next_read(storage);
+        let cost = self.dtr.neighbourhood_cost(storage, graph) as f64;
+        let above = |until: u64| {
+            let until = own.map_or(until, |own| own.min(until));
+            cost_per_byte_time(cost, bytes, Some(until)) > best
+        };
+        if own.is_some_and(above) {
+            return f64::INFINITY;
+        }
+        let through =
+            self.walker
+                .soonest_read_unless(graph, storage, Direction::Descendants, above);
+        match through {
+            Ok(through) => cost_per_byte_time(cost, bytes, own.into_iter().chain(through).min()),
+            Err(_) => f64::INFINITY,
+        }
+    }
+
+    /// The cost known without walking over the time to the storage's own
+    /// next read: the soonest read around it is no later, and the cost no
+    /// less.
+    fn lower_bound(&mut self, storage: StorageId, view: &PolicyView<'_>) -> f64 {
+        let graph = view.graph;
+        if !graph.foresight.known {
+            return self.dtr.lower_bound(storage, view);
+        }
+        if self.walks_every_score {
+            return f64::NEG_INFINITY;
+        }
+        let Some(own) = graph.until_next_read(storage) else {
+            return 0.0; // perhaps never read again: a score of 0
+        };
+        let cost = self.dtr.neighbourhood_cost_floor(storage, graph) as f64;
+        cost_per_byte_time(cost, graph.storages[storage].bytes, Some(own))
     }
 
     /// In an arena whose free bytes would hold the request but no free

@@ -418,11 +418,18 @@ pub const POLICIES: &[PolicyEntry] = &[
 
 /// Heuristics accepted by name but listed nowhere: slow references that
 /// tests check the fast ones against, decision for decision.
-const REFERENCES: &[PolicyEntry] = &[PolicyEntry::heuristic(
-    "dtr-eq-walk",
-    "h_DTR_eq by walking the graph for every score: the reference for `dtr-eq`'s cache",
-    |_| Box::new(dtr_eq::DtrEq::walking()),
-)];
+const REFERENCES: &[PolicyEntry] = &[
+    PolicyEntry::heuristic(
+        "dtr-eq-walk",
+        "h_DTR_eq by walking the graph for every score: the reference for `dtr-eq`'s cache",
+        |_| Box::new(dtr_eq::DtrEq::walking()),
+    ),
+    PolicyEntry::heuristic(
+        "dtr-next-walk",
+        "dtr-next scoring every candidate in full: the reference for its bounded search",
+        |_| Box::new(dtr_next::DtrNext::walking()),
+    ),
+];
 
 /// The heuristic used at run time when none is named (library, eager and
 /// PyTorch APIs, `dtr chains` aside): h_DTR, the paper's heuristic, exact

@@ -58,23 +58,30 @@ impl RegionWalker {
     }
 
     /// The soonest the program reads a storage of the evicted region
-    /// around `base` in `direction` (see [`Graph::until_next_read`]).
-    pub fn soonest_read(
+    /// around `base` in `direction` (see [`Graph::until_next_read`]), or
+    /// `Err(soonest so far)` as soon as `beyond(soonest so far)` says the
+    /// rest of the walk cannot matter (the soonest only comes sooner).
+    pub fn soonest_read_unless(
         &mut self,
         graph: &Graph,
         base: StorageId,
         direction: Direction,
-    ) -> Option<u64> {
+        mut beyond: impl FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, u64> {
         let mut soonest: Option<u64> = None;
+        let mut stopped = false;
         self.walk(graph, base, direction, |storage, resident| {
-            if !resident {
-                if let Some(until) = graph.until_next_read(storage) {
-                    soonest = Some(soonest.map_or(until, |s| s.min(until)));
-                }
+            if let (false, Some(until)) = (resident, graph.until_next_read(storage)) {
+                let sooner = soonest.map_or(until, |soonest| soonest.min(until));
+                soonest = Some(sooner);
+                stopped = beyond(sooner);
             }
-            true
+            !stopped
         });
-        soonest
+        match soonest {
+            Some(soonest) if stopped => Err(soonest),
+            soonest => Ok(soonest),
+        }
     }
 
     /// Every storage the region walks from `bases` and `seeds` touch, once:
