@@ -62,6 +62,8 @@ struct Removals {
     changed: Vec<StorageId>,
     /// Indexed by [`slot`] of the walk's direction.
     neighbours: [Vec<StorageId>; 2],
+    /// The summed `c0` of `changed` when noted (some are gone by the pass).
+    cost: u64,
 }
 
 impl Removals {
@@ -72,6 +74,7 @@ impl Removals {
     fn clear(&mut self) {
         self.changed.clear();
         self.neighbours.iter_mut().for_each(Vec::clear);
+        self.cost = 0;
     }
 }
 
@@ -134,37 +137,66 @@ impl Dtr {
             .or_insert([None, None])[slot(direction)] = Some(region);
     }
 
-    /// Forgets every cached region that a storage of `changed` (or one of
-    /// `neighbours`, a storage next to one removed) is in or borders:
-    /// walking towards ancestors reaches the storages whose descendant
-    /// regions can see them, and the other way round. After evictions
-    /// (`grew`) their costs stay as floors: the regions can only have
-    /// grown.
-    fn invalidate_around(
-        &mut self,
-        graph: &Graph,
-        changed: &[StorageId],
-        neighbours: &[Vec<StorageId>; 2],
-        grew: bool,
-    ) {
-        for (walk, forget) in [
+    /// After evictions (`grown`): every cached region that a storage of
+    /// `grown` is in or borders keeps its cost as a floor, since it can
+    /// only have grown. Walking towards ancestors reaches the storages
+    /// whose descendant regions can see a change, and the other way round.
+    fn demote_around(&mut self, graph: &Graph, grown: &[StorageId]) {
+        for (walk, demote) in [
             (Direction::Ancestors, Direction::Descendants),
             (Direction::Descendants, Direction::Ancestors),
         ] {
-            let neighbours = &neighbours[slot(walk)];
-            if changed.is_empty() && neighbours.is_empty() {
-                continue;
-            }
             self.scratch.clear();
-            (self.walker).reach(graph, changed, neighbours, walk, &mut self.scratch);
+            (self.walker).reach(graph, grown, &[], walk, &mut self.scratch);
             for &storage in &self.scratch {
                 if let Some(entry) = self.cached.get_mut(storage) {
-                    let region = &mut entry[slot(forget)];
-                    *region = if grew {
-                        region.map(Region::demoted)
-                    } else {
-                        None
-                    };
+                    let region = &mut entry[slot(demote)];
+                    *region = region.map(Region::demoted);
+                }
+            }
+        }
+    }
+
+    /// After rematerialisations and removals (`shrunk`, the storages that
+    /// left regions, and `neighbours`, those next to storages removed,
+    /// whose summed `c0` was `removed_cost`): every cached region that can
+    /// see one of them may have shrunk. What it lost lies in their own
+    /// regions in its direction (a storage no longer reached was reached
+    /// through one of them), so its old cost less theirs stays a floor:
+    /// in a long evicted chain that is nearly the new cost, and searches
+    /// keep pruning by it instead of walking the chain again.
+    fn shrink_around(
+        &mut self,
+        graph: &Graph,
+        shrunk: &[StorageId],
+        neighbours: &[Vec<StorageId>; 2],
+        removed_cost: u64,
+    ) {
+        let own: u64 = shrunk
+            .iter()
+            .filter_map(|&storage| graph.storages.get(storage))
+            .map(|info| info.cost)
+            .fold(removed_cost, u64::saturating_add);
+        let mut lost = [0u64; 2];
+        let mut reached: [Vec<StorageId>; 2] = Default::default();
+        for walk in [Direction::Ancestors, Direction::Descendants] {
+            let found = &mut reached[slot(walk)];
+            let neighbours = &neighbours[slot(walk)];
+            lost[slot(walk)] = (self.walker).reach(graph, shrunk, neighbours, walk, found);
+        }
+        // The walk towards ancestors finds the descendant regions that can
+        // see a change; what they lost is in the regions towards
+        // descendants, and the other way round.
+        for (walk, lose) in [
+            (Direction::Ancestors, Direction::Descendants),
+            (Direction::Descendants, Direction::Ancestors),
+        ] {
+            let lost = own.saturating_add(lost[slot(lose)]);
+            for &storage in &reached[slot(walk)] {
+                if let Some(entry) = self.cached.get_mut(storage) {
+                    let region = &mut entry[slot(lose)];
+                    *region =
+                        region.map(|region| Region::AtLeast(region.floor().saturating_sub(lost)));
                 }
             }
         }
@@ -175,6 +207,7 @@ impl Dtr {
     fn note_removal(&mut self, graph: &Graph, storage: StorageId) {
         let removals = &mut self.removals;
         removals.changed.push(storage);
+        removals.cost = removals.cost.saturating_add(graph.storages[storage].cost);
         for walk in [Direction::Ancestors, Direction::Descendants] {
             let neighbours = &mut removals.neighbours[slot(walk)];
             self.walker.neighbours(graph, storage, walk, neighbours);
@@ -306,13 +339,13 @@ impl Heuristic for Dtr {
                 self.cached.clear();
             }
         } else {
-            // Evictions first: forgetting wins over keeping a floor.
+            // Evictions first: a floor lowered by a loss after it stays true.
             let (grown, mut shrunk): (Vec<_>, Vec<_>) =
                 unsettled.iter().partition(|&&storage| evicted(storage));
-            self.invalidate_around(graph, &grown, &Default::default(), true);
+            self.demote_around(graph, &grown);
             shrunk.extend_from_slice(&self.removals.changed);
             let neighbours = std::mem::take(&mut self.removals.neighbours);
-            self.invalidate_around(graph, &shrunk, &neighbours, false);
+            self.shrink_around(graph, &shrunk, &neighbours, self.removals.cost);
             self.removals.neighbours = neighbours;
         }
         self.removals.clear();

@@ -88,6 +88,7 @@ impl RegionWalker {
     /// the bases, whatever their residency, the seeds still in the graph
     /// and computed, the evicted storages of the regions around them, and
     /// the resident ones bordering those (see [`RegionWalker::walk_from`]).
+    /// Returns the summed `c0` of the evicted ones.
     pub fn reach(
         &mut self,
         graph: &Graph,
@@ -95,11 +96,16 @@ impl RegionWalker {
         seeds: &[StorageId],
         direction: Direction,
         found: &mut Vec<StorageId>,
-    ) {
-        self.walk_from(graph, bases, seeds, direction, |storage, _| {
+    ) -> u64 {
+        let mut evicted_cost = 0u64;
+        self.walk_from(graph, bases, seeds, direction, |storage, resident| {
             found.push(storage);
+            if !resident {
+                evicted_cost = evicted_cost.saturating_add(graph.storages[storage].cost);
+            }
             true
         });
+        evicted_cost
     }
 
     /// Visits each storage adjacent to `base` or to an evicted storage
