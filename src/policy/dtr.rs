@@ -28,8 +28,9 @@
 //! nothing: on large evicted regions (a recurrent network's backward pass,
 //! thousands of released storages kept as history) many candidates then
 //! lose on their floor without walking the region again. A
-//! rematerialisation, or an edge removed, may shrink a region: those
-//! forget it.
+//! rematerialisation, or an edge removed, may shrink a region, but only by
+//! what lies in the changed storage's own region in the same direction:
+//! the cache keeps its old cost less that as a floor.
 
 use slotmap::SecondaryMap;
 
@@ -54,9 +55,9 @@ pub struct Dtr {
     removals: Removals,
 }
 
-/// The sources of the walks that forget the caches a removal may have
-/// shrunk: the storages whose edges changed (where they remain) and, per
-/// walk direction, the neighbours they had before.
+/// The sources of the walks that lower the floors of the caches a removal
+/// may have shrunk: the storages whose edges changed (where they remain)
+/// and, per walk direction, the neighbours they had before.
 #[derive(Default)]
 struct Removals {
     changed: Vec<StorageId>,
@@ -202,8 +203,8 @@ impl Dtr {
         }
     }
 
-    /// Notes that `storage`'s edges change: the next pass forgets around it
-    /// and around the neighbours it has now.
+    /// Notes that `storage`'s edges change: the next pass lowers the floors
+    /// of the caches around it and around the neighbours it has now.
     fn note_removal(&mut self, graph: &Graph, storage: StorageId) {
         let removals = &mut self.removals;
         removals.changed.push(storage);
@@ -228,9 +229,7 @@ impl Dtr {
             + self.region_cost(graph, storage, Direction::Descendants)
             + self.region_cost(graph, storage, Direction::Ancestors)
     }
-}
 
-impl Dtr {
     /// At most [`Dtr::neighbourhood_cost`]: `c0(s)` plus what is known of
     /// its regions, without walking them (settle first, as for that).
     pub fn neighbourhood_cost_floor(&self, storage: StorageId, graph: &Graph) -> u64 {
