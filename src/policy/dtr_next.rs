@@ -91,8 +91,8 @@ impl Heuristic for DtrNext {
         cost_per_byte_time(cost, graph.storages[storage].bytes, Some(until))
     }
 
-    /// The score where it is at most `best`. The neighbourhood's cost is
-    /// bounded by what the cache knows before it is walked, and the walk
+    /// The score where it is at most `best` (the search has already
+    /// ruled out candidates by [`Heuristic::lower_bound`]). The walk
     /// for the soonest read stops once a read so soon turns up that the
     /// score is above `best`: on long evicted regions (a recurrent
     /// network's backward pass) most candidates stop early.
@@ -103,9 +103,6 @@ impl Heuristic for DtrNext {
         }
         if self.walks_every_score {
             return self.score(storage, view);
-        }
-        if self.lower_bound(storage, view) > best {
-            return f64::INFINITY;
         }
         let bytes = graph.storages[storage].bytes;
         let own = graph.until_next_read(storage);
