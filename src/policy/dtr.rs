@@ -230,6 +230,45 @@ impl Dtr {
             + self.region_cost(graph, storage, Direction::Ancestors)
     }
 
+    /// [`Dtr::neighbourhood_cost`], or `None` as soon as `above(cost so
+    /// far)` (costs only add up). A region not cached yet is walked only
+    /// that far; a walk cut short is kept as a floor until the region
+    /// changes.
+    pub fn neighbourhood_cost_unless(
+        &mut self,
+        storage: StorageId,
+        graph: &Graph,
+        above: impl Fn(u64) -> bool,
+    ) -> Option<u64> {
+        let mut cost = graph.storages[storage].cost;
+        for direction in [Direction::Descendants, Direction::Ancestors] {
+            let known = self.cached_region(storage, direction);
+            if let Some(Region::Exact(region)) = known {
+                cost += region;
+                continue;
+            }
+            let floor = known.map_or(0, Region::floor);
+            if above(cost.saturating_add(floor)) {
+                return None;
+            }
+            let before = cost;
+            let walked = (self.walker).cost_unless(graph, storage, direction, |region| {
+                above(before.saturating_add(region))
+            });
+            match walked {
+                Ok(region) => {
+                    self.cache(storage, direction, Region::Exact(region));
+                    cost += region;
+                }
+                Err(partial) => {
+                    self.cache(storage, direction, Region::AtLeast(partial.max(floor)));
+                    return None;
+                }
+            }
+        }
+        Some(cost)
+    }
+
     /// At most [`Dtr::neighbourhood_cost`]: `c0(s)` plus what is known of
     /// its regions, without walking them (settle first, as for that).
     pub fn neighbourhood_cost_floor(&self, storage: StorageId, graph: &Graph) -> u64 {
@@ -261,8 +300,7 @@ impl Heuristic for Dtr {
 
     /// A region not cached yet is walked only as long as the score could
     /// still be at most `best`: on large evicted regions (random DAGs under
-    /// tight budgets) most candidates lose long before their walk ends. A
-    /// walk cut short is kept as a lower bound until the region changes.
+    /// tight budgets) most candidates lose long before their walk ends.
     fn score_within(&mut self, storage: StorageId, view: &PolicyView<'_>, best: f64) -> f64 {
         let graph = view.graph;
         let info = &graph.storages[storage];
@@ -273,33 +311,10 @@ impl Heuristic for Dtr {
         // Division rounds monotonically: a partial cost already above
         // `best` means the whole one is.
         let above = |cost: u64| cost as f64 / denominator > best;
-        let mut cost = info.cost;
-        for direction in [Direction::Descendants, Direction::Ancestors] {
-            let known = self.cached_region(storage, direction);
-            if let Some(Region::Exact(region)) = known {
-                cost += region;
-                continue;
-            }
-            let floor = known.map_or(0, Region::floor);
-            if above(cost.saturating_add(floor)) {
-                return f64::INFINITY;
-            }
-            let before = cost;
-            let walked = (self.walker).cost_unless(graph, storage, direction, |region| {
-                above(before.saturating_add(region))
-            });
-            match walked {
-                Ok(region) => {
-                    self.cache(storage, direction, Region::Exact(region));
-                    cost += region;
-                }
-                Err(partial) => {
-                    self.cache(storage, direction, Region::AtLeast(partial.max(floor)));
-                    return f64::INFINITY;
-                }
-            }
+        match self.neighbourhood_cost_unless(storage, graph, above) {
+            Some(cost) => cost_density(cost, storage, graph),
+            None => f64::INFINITY,
         }
-        cost_density(cost, storage, graph)
     }
 
     /// `(c0(s) + what is known of its regions) / (m(s) · stale(s))`:

@@ -92,10 +92,11 @@ impl Heuristic for DtrNext {
     }
 
     /// The score where it is at most `best` (the search has already
-    /// ruled out candidates by [`Heuristic::lower_bound`]). The walk
-    /// for the soonest read stops once a read so soon turns up that the
-    /// score is above `best`: on long evicted regions (a recurrent
-    /// network's backward pass) most candidates stop early.
+    /// ruled out candidates by [`Heuristic::lower_bound`]). The walk for
+    /// the soonest read stops once a read so soon turns up that even the
+    /// known cost floor puts the score above `best`; the walks for the
+    /// cost then stop once the cost does. On long evicted regions (a
+    /// recurrent network's backward pass) most candidates stop early.
     fn score_within(&mut self, storage: StorageId, view: &PolicyView<'_>, best: f64) -> f64 {
         let graph = view.graph;
         if !graph.foresight.known {
@@ -106,20 +107,25 @@ impl Heuristic for DtrNext {
         }
         let bytes = graph.storages[storage].bytes;
         let own = graph.until_next_read(storage);
-        let cost = self.dtr.neighbourhood_cost(storage, graph) as f64;
+        let floor = self.dtr.neighbourhood_cost_floor(storage, graph) as f64;
         let above = |until: u64| {
             let until = own.map_or(until, |own| own.min(until));
-            cost_per_byte_time(cost, bytes, Some(until)) > best
+            cost_per_byte_time(floor, bytes, Some(until)) > best
         };
-        if own.is_some_and(above) {
-            return f64::INFINITY;
-        }
         let through =
             self.walker
                 .soonest_read_unless(graph, storage, Direction::Descendants, above);
-        match through {
-            Ok(through) => cost_per_byte_time(cost, bytes, own.into_iter().chain(through).min()),
-            Err(_) => f64::INFINITY,
+        let Ok(through) = through else {
+            return f64::INFINITY;
+        };
+        let until = own.into_iter().chain(through).min();
+        if until.is_none() {
+            return 0.0; // never read again: nothing to walk for
+        }
+        let above = |cost: u64| cost_per_byte_time(cost as f64, bytes, until) > best;
+        match self.dtr.neighbourhood_cost_unless(storage, graph, above) {
+            Some(cost) => cost_per_byte_time(cost as f64, bytes, until),
+            None => f64::INFINITY,
         }
     }
 

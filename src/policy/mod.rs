@@ -24,6 +24,8 @@ pub use pool::{Bounds, Candidate, CandidatePool, PoolOrder};
 pub use search::{chosen_before, CandidateSearch, Sampling};
 pub use summary::{BoundClock, HeldThreshold, Summaries, Summary};
 
+use std::collections::HashMap;
+
 use slotmap::SecondaryMap;
 use smallvec::{smallvec, SmallVec};
 
@@ -194,7 +196,15 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
     let clock = view.graph.clock;
     // √N draws are random: a search per refusal draws anew, so the caller
     // tests each victim and searches again.
-    let mut admit = admit.filter(|_| search.sampling() == Sampling::All);
+    let admit = admit.filter(|_| search.sampling() == Sampling::All);
+    let guarded = admit.is_some();
+    // The guard's test walks a rematerialisation: one verdict per candidate
+    // and search.
+    let mut verdicts: HashMap<StorageId, bool> = HashMap::new();
+    let mut admits = admit.map(|admit| {
+        move |storage: StorageId| *verdicts.entry(storage).or_insert_with(|| admit(storage))
+    });
+    let mut admitted = |storage| admits.as_mut().is_none_or(|admits| admits(storage));
     // A scan of every candidate in pool order scores the first ones against
     // no best at all: the lowest score already known (of an admitted
     // candidate) is a limit from the start, since the lowest score is at
@@ -207,14 +217,58 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
             .filter_map(|c| Some((heuristic.known_score(c.storage, view)?, c.storage)))
             .min_by(|a, b| a.0.total_cmp(&b.0));
         if let Some((score, storage)) = lowest_known {
-            if admit.as_mut().is_none_or(|admit| admit(storage)) {
+            if admitted(storage) {
                 known = score;
             }
         }
     }
+    // With no score known, the first candidate in pool order would be
+    // scored in full, however dear: on a long evicted region (a recurrent
+    // network's backward pass) a walk of thousands of storages per search.
+    // The admitted candidate of the lowest lower bound, scored in full, is
+    // as good a limit and mostly a cheap one to find. The bounds found for
+    // that, in pool order, are read by the scan instead of found again.
+    let mut bounds = search.take_bounds();
+    if scans && known == f64::INFINITY {
+        let mut lowest: Option<(f64, StorageId)> = None;
+        for candidate in pool.iter() {
+            let bound = heuristic.lower_bound(candidate.storage, view);
+            bounds.push((bound, candidate.storage));
+            let lower = lowest.is_none_or(|(lowest, _)| bound.total_cmp(&lowest).is_lt());
+            if bound > f64::NEG_INFINITY && lower {
+                lowest = Some((bound, candidate.storage));
+            }
+            if bound <= 0.0 {
+                break; // it may score 0, which ends a scan where it is
+            }
+        }
+        let seed = match lowest {
+            Some((_, storage)) if admitted(storage) => Some(storage),
+            Some(_) => {
+                // Refused by the guard: the next lowest bounds, in order.
+                let rest = pool.iter().skip(bounds.len());
+                bounds.extend(rest.map(|c| (heuristic.lower_bound(c.storage, view), c.storage)));
+                let mut order: Vec<(f64, StorageId)> = bounds
+                    .iter()
+                    .copied()
+                    .filter(|&(bound, _)| bound > f64::NEG_INFINITY)
+                    .collect();
+                order.sort_by(|a, b| a.0.total_cmp(&b.0));
+                order.into_iter().map(|(_, storage)| storage).find(|&storage| admitted(storage))
+            }
+            None => None,
+        };
+        if let Some(storage) = seed {
+            // Scoring caches the seed's regions: the bounds stay bounds.
+            known = heuristic.score(storage, view);
+        }
+    }
+    let mut found_bounds = bounds.iter().peekable();
     // (score, pool position, storage) of each candidate refused.
     let mut refused: SmallVec<[(f64, u32, StorageId); 4]> = SmallVec::new();
     let score = |candidate: &Candidate, best: Option<f64>| {
+        // A scan in pool order meets the candidates as they were found.
+        let found_before = found_bounds.next_if(|&&(_, storage)| storage == candidate.storage);
         let best = match best {
             Some(best) => Some(best.min(known)),
             None => known.is_finite().then_some(known),
@@ -224,7 +278,11 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
             if bounded && candidate.cost_density_bound(clock) > best {
                 return None;
             }
-            if heuristic.lower_bound(candidate.storage, view) > best {
+            let bound = match found_before {
+                Some(&(bound, _)) => bound,
+                None => heuristic.lower_bound(candidate.storage, view),
+            };
+            if bound > best {
                 return None;
             }
         }
@@ -233,12 +291,10 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
             None => heuristic.score(candidate.storage, view),
         };
         // A candidate that could be chosen must pass first.
-        if let Some(admit) = admit.as_mut() {
-            if best.is_none_or(|best| score <= best) && !admit(candidate.storage) {
-                let position = pool.position(candidate.storage).expect("a member");
-                refused.push((score, position, candidate.storage));
-                return None;
-            }
+        if best.is_none_or(|best| score <= best) && !admitted(candidate.storage) {
+            let position = pool.position(candidate.storage).expect("a member");
+            refused.push((score, position, candidate.storage));
+            return None;
         }
         Some(score)
     };
@@ -249,6 +305,7 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
         // the bound could beat the best so far.
         search.lowest(pool, bounded.then_some(clock), score)
     };
+    search.give_back_bounds(bounds);
     // The refused that the search would have chosen first, in its order.
     let victim = found.map(|(storage, score)| (score, pool.position(storage).expect("a member")));
     refused.retain(|&mut (score, position, _)| {
@@ -267,11 +324,11 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
         Some((storage, score)) => Victims {
             storages: smallvec![storage],
             score: Some(score),
-            admitted: admit.is_some(),
+            admitted: guarded,
             refused,
         },
         None => Victims {
-            admitted: admit.is_some(),
+            admitted: guarded,
             refused,
             ..Victims::default()
         },

@@ -203,12 +203,27 @@ pub struct CandidateSearch {
     entry_share: f64,
     /// Scratch for [`CandidateSearch::lowest_sampled`].
     deferred: DeferredDraws,
+    /// Scratch for [`lowest_scoring`](super::lowest_scoring): the
+    /// candidates' lower bounds, in pool order.
+    bounds: Vec<(f64, StorageId)>,
 }
 
 impl CandidateSearch {
     /// Which candidates it scores.
     pub fn sampling(&self) -> Sampling {
         self.sampling
+    }
+
+    /// An empty list for lower bounds, reusing the last one's room.
+    pub(crate) fn take_bounds(&mut self) -> Vec<(f64, StorageId)> {
+        let mut bounds = std::mem::take(&mut self.bounds);
+        bounds.clear();
+        bounds
+    }
+
+    /// Gives back the list [`CandidateSearch::take_bounds`] lent.
+    pub(crate) fn give_back_bounds(&mut self, bounds: Vec<(f64, StorageId)>) {
+        self.bounds = bounds;
     }
 
     /// A search scoring as `sampling` says, its draws seeded by `seed`.
@@ -221,6 +236,7 @@ impl CandidateSearch {
             searches: 0,
             entry_share: 0.0,
             deferred: DeferredDraws::default(),
+            bounds: Vec::new(),
         }
     }
 
