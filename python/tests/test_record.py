@@ -97,6 +97,27 @@ def test_ops_carry_costs_and_modules_and_state_is_put_first(tmp_path):
     assert {"event": "get", "id": loss_id} in events, "loss.item() reads the loss"
 
 
+def test_an_op_costs_the_least_time_measured_for_its_op_and_sizes(tmp_path):
+    # Timings of small ops are mostly noise; DTR's choices then flip from
+    # run to run. The same op on the same sizes is charged the least time
+    # measured for it so far, so its recorded costs never rise.
+    torch.manual_seed(0)
+    w = torch.randn(32, 32) / 8
+    h = torch.randn(4, 32)
+    with dtr.torch.record(tmp_path / "t.jsonl", w, h):
+        for _ in range(60):
+            h = torch.tanh(h @ w)
+    ops = applies(read(tmp_path / "t.jsonl"))
+    by_signature = {}
+    for e in ops:
+        signature = (e["op"], tuple(o["bytes"] for o in e["outputs"]), len(e["inputs"]))
+        by_signature.setdefault(signature, []).append(e["cost"])
+    repeated = [costs for costs in by_signature.values() if len(costs) >= 50]
+    assert len(repeated) == 2, f"mm and tanh, 60 times each: {by_signature.keys()}"
+    for costs in repeated:
+        assert all(later <= earlier for earlier, later in zip(costs, costs[1:])), costs
+
+
 def test_lazily_created_optimizer_state_counts_from_its_creation(tmp_path):
     model = mlp()
     optimizer = torch.optim.AdamW(model.parameters())
