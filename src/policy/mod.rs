@@ -254,7 +254,10 @@ pub(crate) fn lowest_scoring<H: Heuristic + ?Sized>(
                     .filter(|&(bound, _)| bound > f64::NEG_INFINITY)
                     .collect();
                 order.sort_by(|a, b| a.0.total_cmp(&b.0));
-                order.into_iter().map(|(_, storage)| storage).find(|&storage| admitted(storage))
+                order
+                    .into_iter()
+                    .map(|(_, storage)| storage)
+                    .find(|&storage| admitted(storage))
             }
             None => None,
         };
