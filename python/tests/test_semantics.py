@@ -221,6 +221,25 @@ def test_out_of_memory_names_the_op_and_a_retry_succeeds():
     assert session.stats()["peak_bytes"] <= 8 * MiB
 
 
+@pytest.mark.parametrize("limit", [None, 5 * MiB])
+def test_an_in_place_op_that_raises_leaves_its_operand_usable(limit):
+    # The op fails before writing; the program catches the error and goes on
+    # reading the operand, as it could under stock PyTorch.
+    torch.manual_seed(0)
+    x = torch.randn(N)
+    expected = chain(x * 2, 6)[-1]
+    with dtr_torch.budget(limit) as session:
+        y = x * 2
+        with pytest.raises(RuntimeError, match="must match"):
+            y.add_(torch.randn(3))
+        got = chain(y, 6)[-1]
+        assert torch.equal(got, expected)
+        assert torch.equal(y, x * 2)
+    assert torch.equal(got, expected)
+    if limit is not None:
+        assert session.stats()["evictions"] > 0
+
+
 def test_a_model_keeps_training_across_contexts():
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(8)])

@@ -925,10 +925,13 @@ class Session:
                 pinned = None
             # An op that failed after writing in place: the engine still has
             # the old version, so drop the written data; the next use
-            # recomputes the value from before the op.
-            for slot in versioned:
-                if slot.resident and slot.buf.owns:
-                    engine.evict(slot.handle)
+            # recomputes the value from before the op. A session without a
+            # budget records no calls to recompute from: like stock PyTorch,
+            # it keeps whatever the op left.
+            if self._recording:
+                for slot in versioned:
+                    if slot.resident and slot.buf.owns:
+                        engine.evict(slot.handle)
             raise
         finally:
             if pinned is not None:
