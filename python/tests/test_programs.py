@@ -128,13 +128,14 @@ def test_dlpack_functions_of_storages_evicted_inside_the_context():
     check(program, limit=10 * MiB)
 
 
-def test_kernels_that_read_small_index_tensors_from_memory():
+def test_kernels_that_read_index_tensors_from_memory():
     """`pad_packed_sequence`, the backward of `pack_padded_sequence` and
     `tensor_split` by an index tensor read those index tensors in C++,
-    inside ops that decompose before the session sees them: small storages
-    are never evicted. (LRU would take them first, the stalest; they were
-    read evicted, "data is not allocated yet".)"""
-    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    inside ops that decompose before the session sees them: small index
+    storages, and those of one dimension, are never evicted. (LRU would
+    take them first, the stalest; they were read evicted, "data is not
+    allocated yet".)"""
+    from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
     def packed(requires_grad):
         x = torch.randn(64, 40, 256, requires_grad=requires_grad)
@@ -156,8 +157,42 @@ def test_kernels_that_read_small_index_tensors_from_memory():
         parts = torch.tensor_split(pressure(torch.randn(512, 1024))[-1], index, dim=0)
         return [part.sum() for part in parts]
 
-    for program, limit in ((pad, 10 * MiB), (pack_backward, 11 * MiB), (split, 10 * MiB)):
+    # Lists of sizes or positions have one dimension, and may be long: kept
+    # whatever their length.
+    def long_pad():
+        steps = 3000  # `batch_sizes` takes 24 KB
+        batch_sizes = torch.full((steps,), 2) * 1  # made inside: recomputable
+        data = pressure(torch.randn(2 * steps, 8))[-1]
+        return pad_packed_sequence(PackedSequence(data, batch_sizes))
+
+    def long_split():
+        index = torch.arange(1, 20000, 6) * 1  # 3,333 positions, 26 KB
+        parts = torch.tensor_split(pressure(torch.randn(4, 20000))[-1], index, dim=1)
+        return [part.sum() for part in parts[::100]]
+
+    for program, limit in ((pad, 10 * MiB), (pack_backward, 11 * MiB), (split, 10 * MiB),
+                           (long_pad, MiB), (long_split, 2 * MiB)):
         check(program, limit=limit, heuristic="lru", remats=False)
+
+
+def test_memory_mapped_from_a_file_inside_the_context(tmp_path):
+    """`torch.from_file` maps memory PyTorch cannot resize, so cannot free:
+    it is a constant, read through a copy (the file may change), and what
+    is computed from it is evictable."""
+    path = tmp_path / "weights.bin"
+    torch.arange(N, dtype=torch.float32).numpy().tofile(path)
+
+    def program():
+        values = []
+        for shared in (False, True):
+            mapped = torch.from_file(str(path), shared=shared, size=N)
+            made = pressure(mapped * 2)
+            # The first ones are evicted by then: recomputed from the copy.
+            values += [made[-1].sum(), made[1].sum(), made[0].sum(), mapped.sum()]
+        return values
+
+    # The mapped memory and its copy are constants: 2 MiB at a time.
+    check(program, limit=6 * MiB)
 
 
 def test_a_small_recurrent_model_trains_under_its_peak():

@@ -304,15 +304,16 @@ _HOST_ACCESS = {"tolist": False, "numpy": True, "__array__": True, "__dlpack__":
 _HOST_ACCESS_FUNCTIONS = ((torch, "to_dlpack"), (torch.utils.dlpack, "to_dlpack"))
 
 
-# Index tensors (integer or boolean) of at most this many bytes are kept as
-# constants from their making: on the CPU some of PyTorch's C++ kernels read
-# them straight from memory, inside ops that decompose before the session
-# sees them (a packed sequence's `batch_sizes` in `pad_packed_sequence` and
-# in `pack_padded_sequence`'s backward, `tensor_split`'s index tensor), and
-# an evicted one was read as garbage. On CUDA those live on the host, outside
-# the budget. Freeing one would gain next to nothing; small activations, by
-# contrast, are most of a small model's memory and stay evictable. 16 KiB
-# holds the batch sizes of 2,048 time steps.
+# Index tensors (integer or boolean) are kept as constants from their making
+# when they have one dimension or at most this many bytes: on the CPU some of
+# PyTorch's C++ kernels read them straight from memory, inside ops that
+# decompose before the session sees them (a packed sequence's `batch_sizes`
+# in `pad_packed_sequence` and in `pack_padded_sequence`'s backward,
+# `tensor_split`'s index tensor: lists of sizes or positions, so one
+# dimension, and of any length: 3,000 time steps take 24 KB), and an evicted
+# one was read as garbage. On CUDA those live on the host, outside the
+# budget. Freeing one would gain next to nothing; small activations, by
+# contrast, are most of a small model's memory and stay evictable.
 _INDEX_BYTES = 16 * 1024
 
 
@@ -975,6 +976,12 @@ class Session:
             storage = _storage_of(value)
             if storage._cdata in slots or storage.nbytes() == 0 or _holds_no_memory(storage):
                 continue  # a view of an input, an in-place result, empty, or a wrapper
+            if not storage.resizable():
+                # Memory PyTorch did not allocate and cannot free (a mapped
+                # file: `torch.from_file`): a constant, as a tensor made
+                # outside the budget is, read through copies.
+                self._track(value, info.name)
+                continue
             fresh.append(self._new_slot(storage))
             sources.append(position)
         if not fresh and not versioned:
@@ -1062,8 +1069,9 @@ class Session:
             return result
         if self._recording:
             for slot, position in zip(fresh, sources):
-                if slot.nbytes <= _INDEX_BYTES and _is_index(flat[position]):
-                    self._detach(slot, info.name, "keeping a small index tensor")
+                value = flat[position]
+                if _is_index(value) and (slot.nbytes <= _INDEX_BYTES or value.dim() <= 1):
+                    self._detach(slot, info.name, "keeping an index tensor")
             call = _Call(
                 func, template_args, template_kwargs, sources, outputs,
                 copied_inputs=tuple(inputs.index(slot) for slot in versioned),
