@@ -240,6 +240,33 @@ def test_an_in_place_op_that_raises_leaves_its_operand_usable(limit):
         assert session.stats()["evictions"] > 0
 
 
+def test_an_in_place_op_that_fails_midway_keeps_what_it_wrote():
+    # `index_put_` writes until it meets an index out of bounds: stock
+    # PyTorch keeps the partial write, and so must the session, while what
+    # was computed from the value before it is recomputed from that value.
+    def program():
+        x = torch.randn(N) * 2
+        before = x * 3
+        index = torch.arange(N // 2)
+        index[-1] = 10 * N
+        with pytest.raises((IndexError, RuntimeError)):
+            x.index_put_((index,), torch.ones(N // 2))
+        after = chain(x, 6)[-1]  # pushes `before` out
+        return x.clone(), after, before + 1
+
+    torch.manual_seed(0)
+    expected = program()
+    assert torch.equal(expected[0][:4], torch.ones(4))  # the partial write
+    torch.manual_seed(0)
+    with dtr_torch.budget(5 * MiB) as session:
+        actual = program()
+        session.check()
+    for e, a in zip(expected, actual):
+        assert torch.equal(e, a)
+    stats = session.stats()
+    assert stats["rematerializations"] > 0 and stats["peak_bytes"] <= 5 * MiB, stats
+
+
 def test_a_model_keeps_training_across_contexts():
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(8)])

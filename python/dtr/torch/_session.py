@@ -177,6 +177,13 @@ def _is_index(tensor: _Tensor) -> bool:
     return not (tensor.is_floating_point() or tensor.is_complex())
 
 
+def _is_position_list(tensor: _Tensor) -> bool:
+    """Whether a tensor may be a list of sizes or positions (see
+    `_INDEX_BYTES`): 64- or 32-bit integers, one dimension. Not bytes: an
+    op's workspace (`mkldnn_rnn_layer`'s, megabytes) is a list of bytes."""
+    return tensor.dim() <= 1 and tensor.dtype in (torch.int64, torch.int32)
+
+
 _CSR_LIKE = (torch.sparse_csr, torch.sparse_bsr)
 _CSC_LIKE = (torch.sparse_csc, torch.sparse_bsc)
 
@@ -305,13 +312,13 @@ _HOST_ACCESS_FUNCTIONS = ((torch, "to_dlpack"), (torch.utils.dlpack, "to_dlpack"
 
 
 # Index tensors (integer or boolean) are kept as constants from their making
-# when they have one dimension or at most this many bytes: on the CPU some of
+# when they have at most this many bytes, or are lists of 32- or 64-bit
+# integers of any length (`_is_position_list`): on the CPU some of
 # PyTorch's C++ kernels read them straight from memory, inside ops that
 # decompose before the session sees them (a packed sequence's `batch_sizes`
 # in `pad_packed_sequence` and in `pack_padded_sequence`'s backward,
-# `tensor_split`'s index tensor: lists of sizes or positions, so one
-# dimension, and of any length: 3,000 time steps take 24 KB), and an evicted
-# one was read as garbage. On CUDA those live on the host, outside the
+# `tensor_split`'s index tensor: the batch sizes of 3,000 time steps take
+# 24 KB), and an evicted one was read as garbage. On CUDA those live on the host, outside the
 # budget. Freeing one would gain next to nothing; small activations, by
 # contrast, are most of a small model's memory and stay evictable.
 _INDEX_BYTES = 16 * 1024
@@ -605,6 +612,25 @@ class Session:
                                         nbytes, slot.buf)
         self._slot_of_handle[slot.handle] = slot
         return old
+
+    def _keep_as_written(self, slot: _Slot, op: str) -> None:
+        """An op that writes `slot` in place raised: its bytes, as the op
+        left them, become a new version, a constant. The version before the
+        op stays history, recomputed for whatever still needs it (its
+        readers get the recomputed value, not these bytes)."""
+        if not (slot.resident and slot.buf.owns):
+            return  # evicted: the op wrote nothing here
+        old = slot.handle
+        slot.buf.owns = False
+        del self._slot_of_handle[old]
+        self._engine.release(old)  # frees its bytes first: the budget holds the new version
+        slot.buf = _Buf(slot)
+        slot.constant = True
+        slot.readers = None
+        slot.handle = self._engine_call(self._engine.adopt, op,
+                                        "keeping what it wrote before it failed",
+                                        slot.nbytes, slot.buf)
+        self._slot_of_handle[slot.handle] = slot
 
     def _pin_grad(self, param: _Tensor) -> None:
         """A parameter's gradient is a constant from accumulation on: the
@@ -924,11 +950,12 @@ class Session:
             if pinned is not None:
                 self._unpin(pinned)
                 pinned = None
-            # An op that failed after writing in place: the engine still has
-            # the old version, so drop the written data; the next use
-            # recomputes the value from before the op. A session without a
-            # budget records no calls to recompute from: like stock PyTorch,
-            # it keeps whatever the op left.
+            # An op that ran but could not be recorded (out of memory for its
+            # outputs) after writing in place: the engine still has the old
+            # version, so drop the written data; the next use recomputes the
+            # value from before the op, and a retry under a larger budget
+            # starts from it. A session without a budget records no calls to
+            # recompute from: it keeps whatever the op left.
             if self._recording:
                 for slot in versioned:
                     if slot.resident and slot.buf.owns:
@@ -952,7 +979,17 @@ class Session:
             generator = _generator(args, kwargs)
             rng = (generator, generator.get_state())
         start = _perf_ns()
-        result = func(*args, **kwargs)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException:
+            # Stock PyTorch keeps whatever a failing op wrote in place
+            # before it raised (`index_put_` stops at the first index out of
+            # bounds); no call can recompute that.
+            if self._recording:
+                for slot in versioned:
+                    self._keep_as_written(slot, info.name)
+                versioned.clear()  # nothing left to roll back
+            raise
         cost = _perf_ns() - start
         # `resize_`, `set_` and `out=` arguments can change the size of a
         # storage written in place: the engine counts it at its new size.
@@ -1070,7 +1107,7 @@ class Session:
         if self._recording:
             for slot, position in zip(fresh, sources):
                 value = flat[position]
-                if _is_index(value) and (slot.nbytes <= _INDEX_BYTES or value.dim() <= 1):
+                if _is_index(value) and (slot.nbytes <= _INDEX_BYTES or _is_position_list(value)):
                     self._detach(slot, info.name, "keeping an index tensor")
             call = _Call(
                 func, template_args, template_kwargs, sources, outputs,
