@@ -345,6 +345,16 @@ fn out_of_memory_leaves_state_consistent_and_recovers() {
         dtr.get_value(y).unwrap(),
         vec![1.0, 2f32.sqrt(), 3f32.sqrt(), 2.0]
     );
+    // A buffer adopted from outside has no shape dtr knows: the error says
+    // what it is.
+    let adopted = dtr.adopt(64, vec![0.0; 16]).unwrap_err();
+    assert!(
+        adopted
+            .to_string()
+            .contains("buffer adopted from outside dtr needs 64 B"),
+        "{adopted}"
+    );
+    dtr.check_invariants().unwrap();
     dtr.set_budget_bytes(Some(1024));
     let big = dtr.apply1(Op::fill(&[16], 1.0), &[]).unwrap();
     assert_eq!(dtr.get_value(big).unwrap(), vec![1.0; 16]);

@@ -17,6 +17,9 @@ pub(super) enum RoomFor<'a> {
         rematerializing: bool,
     },
     Put(&'a [usize]),
+    /// A buffer made outside dtr and adopted as a put (a foreign framework's
+    /// tensor), of no shape dtr knows.
+    Adopt,
     /// A constant (put or detached tensor) copied back from host memory.
     CopyBack,
 }
@@ -67,7 +70,7 @@ impl<B: Backend> Interpreter<B> {
         // be evicted, moving whatever it takes beats running out of memory.
         let movable = match purpose {
             RoomFor::Op { node, .. } => self.config.bytes_moved_in(self.graph.nodes[node].cost()),
-            RoomFor::Put(_) | RoomFor::CopyBack => 0,
+            RoomFor::Put(_) | RoomFor::Adopt | RoomFor::CopyBack => 0,
         };
         // What a search found, refusals first: each is taken in turn at the
         // top of the loop, as a search per refusal would have found it,
@@ -222,6 +225,7 @@ impl<B: Backend> Interpreter<B> {
                 }
             }
             RoomFor::Put(dims) => format!("put of shape {dims:?}"),
+            RoomFor::Adopt => "buffer adopted from outside dtr".to_string(),
             RoomFor::CopyBack => "copy of a swapped-out constant back from host memory".to_string(),
         };
         let counter = self.table.counter();

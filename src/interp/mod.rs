@@ -245,7 +245,7 @@ impl<B: Backend> Interpreter<B> {
     /// Room for `bytes` is made by evicting first; on error the buffer is
     /// dropped and nothing else changes but the eviction state.
     pub fn adopt(&mut self, bytes: u64, buffer: B::Buffer) -> Result<TensorId> {
-        let block = self.reserve(&[bytes], eviction::RoomFor::Put(&[]))?[0];
+        let block = self.reserve(&[bytes], eviction::RoomFor::Adopt)?[0];
         let layout = Layout::contiguous(&[bytes.div_ceil(ELEMENT_BYTES) as usize]);
         let tensor = self.insert_put(layout, bytes, block, buffer);
         let event = RunEvent::Put {
