@@ -277,6 +277,54 @@ def test_a_step_whose_memory_grows_repairs_its_plan_and_keeps_following():
     assert stats["plan_repairs"] > 0, stats
 
 
+@pytest.mark.parametrize("heuristic", ["dtr", "dtr-next"])
+def test_what_a_step_hands_to_the_next_is_state_not_history(heuristic):
+    """A functional training loop (`torch.func`) replaces its parameters out
+    of place: each step's parameters are results of the step before. At a
+    mark they become constants, so no step's history reaches back: the
+    engine's tracked tensors stay flat, and recomputations stay within the
+    step (under `dtr-next` they ran back through earlier steps until the
+    session gave up, at 0.75 of the peak)."""
+    from torch.func import functional_call, grad_and_value
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.Tanh(),
+                                torch.nn.Linear(128, 128), torch.nn.Tanh(),
+                                torch.nn.Linear(128, 10))
+    start = {name: p.detach().clone() for name, p in model.named_parameters()}
+    batches = [(torch.randn(512, 32), torch.randint(0, 10, (512,))) for _ in range(3)]
+
+    def loss_of(params, x, y):
+        return torch.nn.functional.cross_entropy(functional_call(model, params, (x,)), y)
+
+    def train_functionally(session=None, steps=9):
+        params, losses, tracked = dict(start), [], []
+        for step in range(steps):
+            x, y = batches[step % len(batches)]
+            grads, loss = grad_and_value(loss_of)(params, x, y)
+            params = {name: params[name] - 0.05 * grads[name] for name in params}
+            losses.append(loss.item())
+            del grads, loss
+            if session is not None:
+                session.mark_step()
+                tracked.append(session.stats()["tracked_tensors"])
+        return losses, params, tracked
+
+    expected_losses, expected_params, _ = train_functionally()
+    with dtr_torch.budget(None) as session:
+        train_functionally(session, steps=2)
+    budget = int(session.stats()["peak_bytes"] * 0.75)
+    with dtr_torch.budget(budget, heuristic=heuristic) as session:
+        losses, params, tracked = train_functionally(session)
+        session.check()
+    assert losses == expected_losses
+    for name in expected_params:
+        assert torch.equal(expected_params[name], params[name]), name
+    stats = session.stats()
+    assert stats["peak_bytes"] <= budget and stats["evictions"] > 0, stats
+    assert tracked[-1] == tracked[2], tracked
+
+
 def test_a_repeating_step_follows_the_last_steps_plan():
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[layer for _ in range(24)

@@ -533,11 +533,33 @@ class Session:
         ``stats()["plan_repairs"]`` the requests repaired. Under
         ``heuristic="dtr-next"`` the next step also knows, from this one, when
         each tensor is next read, and evicts by that foresight; only such a
-        step's evictions become a plan."""
+        step's evictions become a plan. Tensors still alive at the mark are
+        the next step's starting state: they become constants (resident,
+        never evicted, their history dropped)."""
         if self._engine is None:
             raise RuntimeError("the dtr session is closed")
         self._drain()
+        self._hand_over()
         self._engine.mark_step()
+
+    def _hand_over(self) -> None:
+        """What outlives a step is state the next one starts from
+        (parameters a functional loop replaces out of place, a hidden state
+        carried on, logged outputs): each becomes a constant, as the
+        optimiser's state is, so no step's history reaches into the steps
+        before it. Else the history of every step stays while such a tensor
+        lives (the engine's tracked tensors grew each step), and
+        recomputing it reruns earlier steps: a `torch.func` training loop
+        under `dtr-next` recomputed back through them until it gave up."""
+        carried = [slot for slot in self._slots.values() if not slot.constant]
+        if not carried:
+            return
+        # Restoring one may re-run ops: not through the session's own mode.
+        with _disable_current_modes():
+            for slot in carried:
+                if self._slots.get(slot.key) is slot and slot.storage() is not None:
+                    self._detach(slot, "", "keeping what a step hands to the next")
+        self._drain()
 
     def check(self) -> None:
         """Checks the engine's invariants (for tests)."""
