@@ -235,6 +235,30 @@ def test_a_language_model_step_replays_under_budget_with_dtr(tmp_path):
     assert abs(report["baseline_peak_bytes"] - peak) <= 0.01 * peak
 
 
+def test_a_step_taking_the_gradient_of_its_input_records(tmp_path):
+    # An input-gradient penalty: `autograd.grad` with respect to a leaf
+    # that a module reads. PyTorch's own module tracker fails on it ("A
+    # leaf node was passed to _will_engine_execute_node"); stock PyTorch,
+    # and the recorder, do not.
+    model = mlp()
+    x = torch.randn(16, 32, requires_grad=True)
+
+    def step():
+        y = model(x).square().sum()
+        (grad,) = torch.autograd.grad(y, x, create_graph=True)
+        (y + grad.square().sum()).backward()
+
+    step()  # warm-up: first calls' times are not the op's
+    with dtr.torch.record(tmp_path / "penalty.jsonl", model):
+        step()
+    events = read(tmp_path / "penalty.jsonl")
+    ops = applies(events)
+    assert [e.get("module") for e in ops[:3]] == ["Sequential.0", "Sequential.1", "Sequential.2"]
+    peak, _ = peaks(events)  # well formed
+    report = replay(tmp_path / "penalty.jsonl", 1.0)
+    assert report["status"] == "ok" and report["baseline_peak_bytes"] == peak, report
+
+
 def test_a_trace_that_cannot_be_written_is_an_error_before_anything_runs(tmp_path):
     with pytest.raises(OSError, match="cannot write a trace"):
         with dtr.torch.record(tmp_path / "missing" / "t.jsonl"):

@@ -44,6 +44,7 @@ from torch.utils._python_dispatch import (
     _disable_current_modes,
     _get_current_dispatch_mode_stack,
 )
+from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 from .. import OutOfMemory, _native
@@ -405,6 +406,30 @@ class _HostReads:
         return method
 
 
+def _without_leaves(tree) -> list:
+    """The values of `tree` but leaf tensors (those no op made)."""
+    values, _ = tree_flatten(tree)
+    return [value for value in values
+            if not (isinstance(value, _Tensor) and value.grad_fn is None)]
+
+
+class _ModuleNames(ModuleTracker):
+    """PyTorch's module tracker, which names the module each op of a recorded
+    trace runs in, without its backward hook on leaf tensors. That hook asks
+    whether the backward pass will reach the leaf, which
+    `torch.autograd.grad` refuses to answer ("A leaf node was passed to
+    _will_engine_execute_node"): a step that takes the gradient of its loss
+    with respect to a model's input (an input-gradient penalty) failed to
+    record. A backward pass ends at its leaves, and its end resets the
+    names, so the hook is not missed."""
+
+    def _fw_pre_hook(self, mod, input) -> None:
+        super()._fw_pre_hook(mod, _without_leaves(input))
+
+    def _fw_post_hook(self, mod, input, output) -> None:
+        super()._fw_post_hook(mod, input, _without_leaves(output))
+
+
 class Session:
     """One ``dtr.torch.budget`` context: the engine, the slots, the recorded calls.
 
@@ -462,7 +487,7 @@ class Session:
             self._engine.record(self._trace_path)
             for tensor in self._keep:
                 self._track(tensor)
-            self._modules = ModuleTracker().__enter__()
+            self._modules = _ModuleNames().__enter__()
         if self._guards_host_reads:
             _HostReads.enter(self)
         self._mode.__enter__()
