@@ -812,6 +812,37 @@ fn marked_steps_let_dtr_next_look_ahead_from_the_last_step() {
     assert_eq!(next[3].0, next[2].0);
 }
 
+/// Reads outside ops count in the foresight a step gives the next: a loss
+/// the host reads (or that a detach needs, before a parameter it was
+/// computed from changes in place) is not taken for a tensor never read
+/// again, which `dtr-next` would evict first.
+#[test]
+fn host_reads_count_in_the_last_steps_foresight() {
+    let mut dtr = interpreter(
+        Config::default()
+            .with_heuristic("dtr-next")
+            .with_budget_bytes(1 << 20),
+    );
+    let x = dtr.put(&[1.0; 4], &[4]).unwrap();
+    let mut foreseen = Vec::new();
+    for _ in 0..4 {
+        let a = add_scalar(&mut dtr, x, 1.0);
+        let loss = add_scalar(&mut dtr, a, 1.0); // read by no op
+        dtr.del(a).unwrap();
+        let storage = dtr.graph().tensors[loss].storage;
+        foreseen.push(dtr.graph().until_next_read(storage));
+        let b = add_scalar(&mut dtr, x, 2.0);
+        assert_eq!(dtr.get_value(loss).unwrap(), vec![3.0; 4]);
+        dtr.del(loss).unwrap();
+        dtr.del(b).unwrap();
+        dtr.mark_step().unwrap();
+    }
+    // No foresight in the first two steps (the second is recorded); from
+    // the third, the read by the host one op later.
+    assert_eq!(foreseen[..2], [None, None]);
+    assert!(foreseen[2].is_some() && foreseen[3] == foreseen[2], "{foreseen:?}");
+}
+
 /// Storages under `min_evictable_bytes` are never the policy's victims:
 /// under LRU the stalest, a tiny one, goes first without the floor and
 /// stays with it. Asked for, it is evicted either way.

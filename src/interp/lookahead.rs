@@ -6,7 +6,8 @@
 //! `dtr-next` is `dtr`, which on a recurrent network's long chains evicts
 //! what the backward pass needs next (see the README's measurements).
 //!
-//! A read is an op's input. Each step records, for every tensor it read
+//! A read is an op's input, or a read outside ops: the host's (a get, a
+//! pin) and a detach, which needs the value in memory. Each step records, for every tensor it read
 //! (named as [`StepTensor`]: by the op of the step that made it), the
 //! program's time at each read, its time being the summed costs of its ops
 //! before. The next step, while its ops are the last step's (the same
@@ -124,33 +125,54 @@ impl<B: Backend> Interpreter<B> {
             .collect();
         let inputs = info.inputs().len();
         let cost = info.cost();
-        let lookahead = self.lookahead.as_mut().expect("checked above");
         for (k, &(tensor, name)) in reads.iter().enumerate() {
-            let Some(name) = name else {
-                continue;
-            };
-            let done = if k < inputs {
-                (lookahead.record.reads.entry(name).or_default()).push(lookahead.now);
-                let done = lookahead.done.entry(tensor).expect("live tensor");
-                let count = done.or_insert(0);
-                *count += 1;
-                *count as usize
-            } else {
-                0
-            };
-            if lookahead.repeating {
-                let last = lookahead.last.as_ref().expect("repeating a recorded step");
-                let next = last.reads.get(&name).and_then(|at| at.get(done));
-                match next {
-                    Some(&at) => {
-                        self.graph.foresight.next_read.insert(tensor, at);
-                    }
-                    None => {
-                        self.graph.foresight.next_read.remove(tensor);
-                    }
+            if let Some(name) = name {
+                self.note_read(tensor, name, k < inputs);
+            }
+        }
+        let lookahead = self.lookahead.as_mut().expect("checked above");
+        lookahead.now = lookahead.now.saturating_add(cost);
+    }
+
+    /// `tensor` is read outside an op, where its value must be in memory:
+    /// the host reads it (a get, a pin) or it becomes a constant (a
+    /// detach, as before a parameter it was computed from changes in
+    /// place). Counted as an op's read is: a tensor the last step read
+    /// only so (a loss held through the optimiser's step) is not taken
+    /// for one never read again.
+    pub(super) fn lookahead_read(&mut self, tensor: TensorId) {
+        if self.lookahead.is_none() {
+            return;
+        }
+        if let Some(name) = self.step_tensor(tensor) {
+            self.note_read(tensor, name, true);
+        }
+    }
+
+    /// Records a read of `tensor` (named `name` in the step) now, if
+    /// `read`, and sets its next read to the last step's after as many.
+    fn note_read(&mut self, tensor: TensorId, name: StepTensor, read: bool) {
+        let lookahead = self.lookahead.as_mut().expect("recording reads");
+        let done = if read {
+            (lookahead.record.reads.entry(name).or_default()).push(lookahead.now);
+            let done = lookahead.done.entry(tensor).expect("live tensor");
+            let count = done.or_insert(0);
+            *count += 1;
+            *count as usize
+        } else {
+            0
+        };
+        if lookahead.repeating {
+            let last = lookahead.last.as_ref().expect("repeating a recorded step");
+            let next = last.reads.get(&name).and_then(|at| at.get(done));
+            match next {
+                Some(&at) => {
+                    self.graph.foresight.next_read.insert(tensor, at);
+                }
+                None => {
+                    self.graph.foresight.next_read.remove(tensor);
                 }
             }
         }
-        lookahead.now = lookahead.now.saturating_add(cost);
     }
 }

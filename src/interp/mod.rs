@@ -416,6 +416,8 @@ impl<B: Backend> Interpreter<B> {
 
     /// Reads a tensor back, rematerialising it if needed.
     pub fn get_value(&mut self, tensor: TensorId) -> Result<Vec<f32>> {
+        self.live_tensor(tensor)?;
+        self.lookahead_read(tensor);
         self.ensure_defined(tensor)?;
         let storage = self.graph.tensors[tensor].storage;
         self.touch(storage);
@@ -442,6 +444,8 @@ impl<B: Backend> Interpreter<B> {
 
     /// Keeps `tensor` resident until [`Interpreter::unpin`], rematerialising it now if needed.
     pub fn pin(&mut self, tensor: TensorId) -> Result<()> {
+        self.live_tensor(tensor)?;
+        self.lookahead_read(tensor);
         self.ensure_defined(tensor)?;
         self.table.pin(self.graph.tensors[tensor].storage);
         self.observe(TensorInstruction::Pin, tensor);
@@ -472,6 +476,8 @@ impl<B: Backend> Interpreter<B> {
     /// reading it (a foreign framework is about to read the buffer itself):
     /// a [`Interpreter::get_value`] whose read is the caller's, observed as one.
     pub fn ensure_resident(&mut self, tensor: TensorId) -> Result<()> {
+        self.live_tensor(tensor)?;
+        self.lookahead_read(tensor);
         self.ensure_defined(tensor)?;
         let storage = self.graph.tensors[tensor].storage;
         self.touch(storage);
