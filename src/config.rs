@@ -64,12 +64,16 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let bad = |why: &str| Error::InvalidArgument(format!("`{text}` is not a size: {why}"));
-    if number_end == 0 || text[..number_end].parse::<f64>().is_err() {
+    let number = &text[..number_end];
+    if number_end == 0 || number.parse::<f64>().is_err() {
         return Err(bad("expected a number and a unit, like 1.5GiB"));
+    }
+    if number_end == text.len() && !number.contains('.') && number.parse::<u64>().is_err() {
+        return Err(bad("more bytes than 64 bits count"));
     }
     text.parse::<bytesize::ByteSize>()
         .map(|size| size.as_u64())
-        .map_err(|_| bad("the units are B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"))
+        .map_err(|_| bad("the units are B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB, EiB"))
 }
 
 /// How an evicted storage comes back when it is needed again.
@@ -496,6 +500,8 @@ mod tests {
             let error = parse_bytes(bad).unwrap_err().to_string();
             assert!(error.contains("is not a size"), "{bad}: {error}");
         }
+        let error = parse_bytes("99999999999999999999999").unwrap_err();
+        assert!(error.to_string().contains("64 bits"), "{error}");
     }
 
     #[test]

@@ -618,6 +618,20 @@ fn argument_errors_name_the_real_problem() {
         "it blames no file: {stderr}"
     );
     assert!(!out.exists());
+    // A length no memory holds is refused at once, not built.
+    let (ok, _, stderr) = dtr(&[
+        "gen",
+        "chain",
+        "--length",
+        "18446744073709551615",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && stderr.contains("--length must be at most"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
     std::fs::remove_dir_all(dir).ok();
 }
 

@@ -840,7 +840,10 @@ fn host_reads_count_in_the_last_steps_foresight() {
     // No foresight in the first two steps (the second is recorded); from
     // the third, the read by the host one op later.
     assert_eq!(foreseen[..2], [None, None]);
-    assert!(foreseen[2].is_some() && foreseen[3] == foreseen[2], "{foreseen:?}");
+    assert!(
+        foreseen[2].is_some() && foreseen[3] == foreseen[2],
+        "{foreseen:?}"
+    );
 }
 
 /// Storages under `min_evictable_bytes` are never the policy's victims:

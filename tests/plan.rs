@@ -183,6 +183,13 @@ fn a_plan_only_fits_its_own_program() {
         error.contains("departs from the plan at reservation"),
         "{error}"
     );
+    // An alignment edited by hand is refused, not a panic of the arena.
+    for alignment in [0, 3] {
+        let mut broken = plan.clone();
+        broken.alignment = alignment;
+        let error = broken.check().unwrap_err();
+        assert!(error.contains("power of two"), "{error}");
+    }
 }
 
 #[test]

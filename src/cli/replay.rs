@@ -71,7 +71,12 @@ pub struct Args {
     guards: GuardArgs,
     /// Follow a plan made by `dtr plan` instead of a heuristic: no policy,
     /// every allocation at its planned offset, checked.
-    #[arg(long, conflicts_with_all = ["ratio", "budget", "timeline", "timeline_out"])]
+    /// The plan fixes the budget, the victims and the memory: the options
+    /// that choose those are refused beside it, not ignored.
+    #[arg(long, conflicts_with_all = [
+        "ratio", "budget", "timeline", "timeline_out", "heuristic", "memory", "sampling",
+        "seed", "thrash_limit", "restore",
+    ])]
     plan: Option<PathBuf>,
 }
 

@@ -83,6 +83,10 @@ impl Builder {
     }
 }
 
+/// The largest length, depth or node count: 10⁸ ops take tens of GB as a
+/// trace.
+pub const MAX_SIZE: usize = 100_000_000;
+
 /// Builds the workload's trace (named `source` in messages).
 pub fn generate(workload: Workload, source: &str) -> Result<Trace> {
     let empty = match workload {
@@ -95,6 +99,16 @@ pub fn generate(workload: Workload, source: &str) -> Result<Trace> {
     if let Some(flag) = empty {
         return Err(crate::error::Error::InvalidArgument(format!(
             "{flag} must be at least 1"
+        )));
+    }
+    let (flag, size) = match workload {
+        Workload::Chain { length } | Workload::Resnet { length, .. } => ("--length", length),
+        Workload::Unet { depth } => ("--depth", depth),
+        Workload::Random { nodes, .. } => ("--nodes", nodes),
+    };
+    if size > MAX_SIZE {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "{flag} must be at most {MAX_SIZE} (a trace of {size} would not fit in memory)"
         )));
     }
     let mut b = Builder {

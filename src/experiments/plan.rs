@@ -345,6 +345,12 @@ impl Plan {
     /// Checks that no two allocations alive at once overlap, moves
     /// included, and that all of them lie inside the planned arena.
     pub fn check(&self) -> std::result::Result<(), String> {
+        if !self.alignment.is_power_of_two() {
+            return Err(format!(
+                "its alignment must be a power of two, not {}",
+                self.alignment
+            ));
+        }
         let (stretches, offsets) = self.placements()?;
         packing::check(&stretches, &offsets, self.arena_bytes)
     }
