@@ -240,13 +240,17 @@ def test_an_in_place_op_that_raises_leaves_its_operand_usable(limit):
         assert session.stats()["evictions"] > 0
 
 
-def test_an_in_place_op_that_fails_midway_keeps_what_it_wrote():
+@pytest.mark.parametrize("evicted_first", [False, True])
+def test_an_in_place_op_that_fails_midway_keeps_what_it_wrote(evicted_first):
     # `index_put_` writes until it meets an index out of bounds: stock
     # PyTorch keeps the partial write, and so must the session, while what
     # was computed from the value before it is recomputed from that value.
+    # Evicted first, the target is restored (and pinned) for the op.
     def program():
         x = torch.randn(N) * 2
         before = x * 3
+        if evicted_first:
+            chain(before, 6)
         index = torch.arange(N // 2)
         index[-1] = 10 * N
         with pytest.raises((IndexError, RuntimeError)):

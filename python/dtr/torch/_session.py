@@ -661,10 +661,11 @@ class Session:
         return old
 
     def _keep_as_written(self, slot: _Slot, op: str) -> None:
-        """An op that writes `slot` in place raised: its bytes, as the op
-        left them, become a new version, a constant. The version before the
-        op stays history, recomputed for whatever still needs it (its
-        readers get the recomputed value, not these bytes)."""
+        """An op that writes `slot` in place raised (and its inputs are
+        unpinned): its bytes, as the op left them, become a new version, a
+        constant. The version before the op stays history, recomputed for
+        whatever still needs it (its readers get the recomputed value, not
+        these bytes)."""
         if not (slot.resident and slot.buf.owns):
             return  # evicted: the op wrote nothing here
         old = slot.handle
@@ -990,22 +991,29 @@ class Session:
         # Old versions of storages written in place: released only once
         # unpinned (a pin of a released tensor could never be undone).
         retired: List[int] = []
+        raised: List[bool] = []  # set when the op itself raised
         try:
             return self._run(func, info, args, kwargs, template_args, template_kwargs,
-                             inputs, versioned, constants_written, retired)
+                             inputs, versioned, constants_written, retired, raised)
         except BaseException:
             if pinned is not None:
                 self._unpin(pinned)
                 pinned = None
-            # An op that ran but could not be recorded (out of memory for its
-            # outputs) after writing in place: the engine still has the old
-            # version, so drop the written data; the next use recomputes the
-            # value from before the op, and a retry under a larger budget
-            # starts from it. A session without a budget records no calls to
-            # recompute from: it keeps whatever the op left.
+            # A session without a budget records no calls to recompute from:
+            # it keeps whatever the op left, as stock PyTorch does.
             if self._recording:
                 for slot in versioned:
-                    if slot.resident and slot.buf.owns:
+                    if raised:
+                        # Stock PyTorch keeps what a failing op wrote in
+                        # place before it raised (`index_put_` stops at the
+                        # first index out of bounds).
+                        self._keep_as_written(slot, info.name)
+                    elif slot.resident and slot.buf.owns:
+                        # It ran but could not be recorded (no room for its
+                        # outputs): the engine still has the old version, so
+                        # the written data goes; the next use recomputes the
+                        # value from before the op, where a retry under a
+                        # larger budget starts.
                         engine.evict(slot.handle)
             raise
         finally:
@@ -1019,7 +1027,7 @@ class Session:
             self._engine.unpin(handle)
 
     def _run(self, func, info, args, kwargs, template_args, template_kwargs,
-             inputs, versioned, constants_written, retired):
+             inputs, versioned, constants_written, retired, raised):
         engine = self._engine
         rng = None
         if info.seeded and self._recording:
@@ -1029,13 +1037,7 @@ class Session:
         try:
             result = func(*args, **kwargs)
         except BaseException:
-            # Stock PyTorch keeps whatever a failing op wrote in place
-            # before it raised (`index_put_` stops at the first index out of
-            # bounds); no call can recompute that.
-            if self._recording:
-                for slot in versioned:
-                    self._keep_as_written(slot, info.name)
-                versioned.clear()  # nothing left to roll back
+            raised.append(True)
             raise
         cost = _perf_ns() - start
         # `resize_`, `set_` and `out=` arguments can change the size of a
