@@ -7,12 +7,12 @@
 //! what the backward pass needs next (see the README's measurements).
 //!
 //! A read is an op's input, or a read outside ops: the host's (a get, a
-//! pin) and a detach, which needs the value in memory. Each step records, for every tensor it read
-//! (named as [`StepTensor`]: by the op of the step that made it), the
-//! program's time at each read, its time being the summed costs of its ops
-//! before. The next step, while its ops are the last step's (the same
-//! fingerprints, op by op), sets each tensor's next read to the last step's
-//! read after as many as it has had. From the first other op the step has
+//! pin) and a detach, which needs the value in memory. Each step records,
+//! for every tensor it read (named as [`StepTensor`]: by the op of the
+//! step that made it), the program's time at each read, its time being the
+//! summed costs of its ops before. The next step, while its ops are the
+//! last step's (the same fingerprints, op by op), sets each tensor's next
+//! read to the last step's read after as many as it has had. From the first other op the step has
 //! no foresight (`dtr-next` is `dtr` again) until the next mark. Values never
 //! depend on it: a wrong guess costs recomputation.
 
@@ -137,8 +137,8 @@ impl<B: Backend> Interpreter<B> {
     /// `tensor` is read outside an op, where its value must be in memory:
     /// the host reads it (a get, a pin) or it becomes a constant (a
     /// detach, as before a parameter it was computed from changes in
-    /// place). Counted as an op's read is: a tensor the last step read
-    /// only so (a loss held through the optimiser's step) is not taken
+    /// place). It counts as an op's read does, so a tensor the last step
+    /// read only so (a loss held through the optimiser's step) is not taken
     /// for one never read again.
     pub(super) fn lookahead_read(&mut self, tensor: TensorId) {
         if self.lookahead.is_none() {
