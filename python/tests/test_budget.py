@@ -380,12 +380,16 @@ def test_every_heuristic_is_selectable():
             model_copy = copy.deepcopy(model)
             opt = make_optimizer(model_copy.parameters())
             torch.manual_seed(0)
-            with dtr_torch.budget(limit, heuristic=name):
+            with dtr_torch.budget(limit, heuristic=name) as session:
                 value = loss(model_copy, batches[0])
                 value.backward()
                 opt.step()
+            assert session.stats()["evictions"] > 0, name
             return value.detach()
-        assert torch.equal(run(int(peak * 0.5)), stock[0][0]), name
+        # 0.7, not 0.5: at half the peak `size` (largest first) recomputes
+        # about 4,400 ops for this step's 100, near the 50× limit on
+        # recomputation, and measured op times sometimes put it past.
+        assert torch.equal(run(int(peak * 0.7)), stock[0][0]), name
     with pytest.raises(ValueError, match="unknown heuristic"):
         dtr_torch.budget(None, heuristic="nope")
 
