@@ -42,3 +42,20 @@ def test_marked_steps_follow_plans_and_stay_bitwise(tmp_path):
     # step after the recorded one looks ahead, and the last follows its plan.
     assert budgeted["planned_steps"] >= 1, budgeted
     assert budgeted["rematerializations"] > 0, budgeted
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ratios", "nan"], "--ratios must be fractions of the peak"),
+    (["--ratios=-0.5"], "--ratios must be fractions of the peak"),
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--heuristic", "nonsense"], "unknown heuristic 'nonsense'"),
+    (["--device", "nonsense"], "--device 'nonsense'"),
+    (["--json", "/nonexistent/rows.json"], "its directory does not exist"),
+])
+def test_bad_arguments_are_refused_before_any_run(args, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "dtr.torch.bench", "--quick", "--models", "lstm", *args],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "###" not in result.stdout, "nothing ran"

@@ -313,12 +313,17 @@ def test_command_line_records_the_bench_lstm_language_model(tmp_path):
     (["--model", "torchvision:resnet51"], "resnet51"),
     (["--model", "transformers:gpt2", "--config", "n_layer"], "expected key=value"),
     (["--model", "torchvision:resnet18", "--batch", "0"], "--batch must be at least 1"),
+    (["--model", "bench:lstm", "--device", "nonsense"], "--device 'nonsense'"),
+    (["--model", "bench:lstm", "--out", "/nonexistent/x.jsonl"],
+     "not a file in an existing directory"),
 ])
 def test_command_line_names_bad_arguments(tmp_path, args, message):
     if "torchvision" in args[1]:
         pytest.importorskip("torchvision", reason="torchvision is not installed")
     if "transformers" in args[1]:
         pytest.importorskip("transformers", reason="transformers is not installed")
-    result = run_cli(*args, "--out", str(tmp_path / "x.jsonl"))
+    if "--out" not in args:
+        args = [*args, "--out", str(tmp_path / "x.jsonl")]
+    result = run_cli(*args)
     assert result.returncode != 0
     assert message in result.stderr

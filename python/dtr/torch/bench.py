@@ -558,6 +558,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.steps is None:
         args.steps = 2 if args.quick else 3
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    bad = [ratio for ratio in args.ratios if not 0 < ratio <= 1]
+    if bad or not args.ratios:
+        parser.error(f"--ratios must be fractions of the peak in (0, 1], got {args.ratios}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        parser.error(f"--device {args.device!r}: {error}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this PyTorch sees no CUDA device")
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        parser.error(f"--json {args.json}: its directory does not exist")
+    if args.heuristic not in dict(dtr.heuristics()):
+        parser.error(f"unknown heuristic {args.heuristic!r}; known: "
+                     f"{', '.join(name for name, _ in dtr.heuristics())}")
     unknown = [name for name in args.models if name not in WORKLOADS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")

@@ -13,6 +13,7 @@ import time
 
 import torch
 
+import dtr
 import dtr.torch
 
 
@@ -24,16 +25,16 @@ def make_model() -> torch.nn.Module:
     return torch.nn.Sequential(*blocks, torch.nn.Linear(256, 10))
 
 
-def train(model: torch.nn.Module, steps: int, limit):
-    """Trains a copy of `model` (`limit="stock"`: without dtr); returns
-    (losses, gradients, seconds, session)."""
+def train(model: torch.nn.Module, steps: int, limit, heuristic: str = "dtr"):
+    """Trains a copy of `model` (`limit="stock"`: without dtr) under
+    `heuristic`; returns (losses, gradients, seconds, session)."""
     model = copy.deepcopy(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(1)
     losses, grads = [], []
     torch.manual_seed(2)
     start = time.perf_counter()
-    session = dtr.torch.budget(limit) if limit != "stock" else None
+    session = dtr.torch.budget(limit, heuristic=heuristic) if limit != "stock" else None
     with session if session is not None else contextlib.nullcontext():
         for _ in range(steps):
             x = torch.randn(2048, 256, generator=generator)
@@ -53,12 +54,23 @@ def main() -> None:
     parser.add_argument("--ratio", type=float, default=0.5, help="budget as a fraction of the peak")
     parser.add_argument("--heuristic", default="dtr")
     args = parser.parse_args()
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    if not 0 < args.ratio <= 1:
+        parser.error(f"--ratio must be a fraction of the peak in (0, 1], got {args.ratio}")
+    if args.heuristic not in dict(dtr.heuristics()):
+        parser.error(f"unknown heuristic {args.heuristic!r}; known: "
+                     f"{', '.join(name for name, _ in dtr.heuristics())}")
     model = make_model()
     train(model, 1, None)  # warm up PyTorch's kernels and dispatch caches
     losses, grads, seconds, _ = train(model, args.steps, "stock")
     peak = train(model, args.steps, None)[3].stats()["peak_bytes"]
     budget = int(peak * args.ratio)
-    dtr_losses, dtr_grads, dtr_seconds, dtr_session = train(model, args.steps, budget)
+    try:
+        dtr_losses, dtr_grads, dtr_seconds, dtr_session = train(
+            model, args.steps, budget, args.heuristic)
+    except dtr.OutOfMemory as error:
+        raise SystemExit(f"under {args.ratio} of the peak: {error}") from None
     stats = dtr_session.stats()
     identical = losses == dtr_losses and all(
         (a == b).all() for step_a, step_b in zip(grads, dtr_grads) for a, b in zip(step_a, step_b))

@@ -26,6 +26,7 @@ import argparse
 import ast
 import importlib
 import sys
+from pathlib import Path
 from typing import Callable, Dict, Tuple
 
 import torch
@@ -164,6 +165,15 @@ def main(argv=None) -> int:
             raise SystemExit(f"--{flag} must be at least 1")
     if args.warmup < 0:
         raise SystemExit("--warmup cannot be negative")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        raise SystemExit(f"--device {args.device!r}: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: this PyTorch sees no CUDA device")
+    out = Path(args.out)
+    if out.is_dir() or not out.resolve().parent.is_dir():
+        raise SystemExit(f"--out {args.out}: not a file in an existing directory")
     source, sep, name = args.model.partition(":")
     if not sep or not source or not name:
         raise SystemExit(f"--model {args.model!r}: expected SOURCE:NAME, e.g. torchvision:resnet50")
