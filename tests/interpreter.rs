@@ -846,6 +846,42 @@ fn host_reads_count_in_the_last_steps_foresight() {
     );
 }
 
+/// A pin is not a read in a step's foresight: a framework pins an op's
+/// inputs while one of them is restored (`dtr.torch` does), so pins fall
+/// wherever evictions did, and counting them would shift every later read
+/// of the tensor in the next step.
+#[test]
+fn pins_leave_the_next_steps_foresight_as_it_was() {
+    let mut dtr = interpreter(
+        Config::default()
+            .with_heuristic("dtr-next")
+            .with_budget_bytes(1 << 20),
+    );
+    let x = dtr.put(&[1.0; 4], &[4]).unwrap();
+    let mut foreseen = Vec::new();
+    for step in 0..5 {
+        let a = add_scalar(&mut dtr, x, 1.0);
+        if step == 2 {
+            dtr.pin(a).unwrap();
+            dtr.unpin(a).unwrap();
+        }
+        let b = add_scalar(&mut dtr, a, 1.0);
+        // `a` is read next by the op that makes `c`.
+        foreseen.push(dtr.graph().until_next_read(dtr.graph().tensors[a].storage));
+        let c = dtr
+            .apply_op_with_cost(Op::Binary(BinaryOp::Add), &[a, b], 1)
+            .unwrap()[0];
+        assert_eq!(dtr.get_value(c).unwrap(), vec![5.0; 4]);
+        for t in [a, b, c] {
+            dtr.del(t).unwrap();
+        }
+        dtr.mark_step().unwrap();
+    }
+    assert!(foreseen[2].is_some(), "{foreseen:?}");
+    assert_eq!(foreseen[3], foreseen[2], "the pinned step's foresight");
+    assert_eq!(foreseen[4], foreseen[2]);
+}
+
 /// Storages under `min_evictable_bytes` are never the policy's victims:
 /// under LRU the stalest, a tiny one, goes first without the floor and
 /// stays with it. Asked for, it is evicted either way.

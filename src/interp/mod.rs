@@ -444,8 +444,6 @@ impl<B: Backend> Interpreter<B> {
 
     /// Keeps `tensor` resident until [`Interpreter::unpin`], rematerialising it now if needed.
     pub fn pin(&mut self, tensor: TensorId) -> Result<()> {
-        self.live_tensor(tensor)?;
-        self.lookahead_read(tensor);
         self.ensure_defined(tensor)?;
         self.table.pin(self.graph.tensors[tensor].storage);
         self.observe(TensorInstruction::Pin, tensor);
