@@ -284,10 +284,14 @@ fn replay_timelines_are_checked_before_running_and_never_lose_the_result() {
         original,
         "the trace is intact"
     );
+    // A directory that is not there is found before the replay too.
     let unwritable = dir.join("missing").join("t.svg");
     let (ok, stdout, stderr) = replay(unwritable.to_str().unwrap());
-    assert!(!ok && stderr.contains("missing"), "{stderr}");
-    assert!(stdout.contains("peak"), "the result is printed: {stdout}");
+    assert!(
+        !ok && stderr.contains("missing") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "nothing ran: {stdout}");
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -527,6 +531,8 @@ fn replay_writes_a_chrome_trace_for_perfetto() {
     for (path, expected) in [
         ("traces/mlp-small.jsonl", "names the input"),
         ("/tmp/x.txt", ".json"),
+        // Checked before the replay, not when writing after it.
+        ("/nonexistent-dtr-dir/t.json", "does not exist"),
     ] {
         let (ok, stdout, stderr) = dtr(&[
             "replay",

@@ -99,6 +99,16 @@ pub fn check_output(
             ),
         ));
     }
+    // Outputs are written at the end of a run: a directory that is not
+    // there is reported before it, not after.
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(dtr::Error::file(
+                path,
+                format!("{flag}: the directory {} does not exist", dir.display()),
+            ));
+        }
+    }
     let extension = path
         .extension()
         .and_then(|e| e.to_str())
