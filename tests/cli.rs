@@ -962,3 +962,25 @@ fn the_guards_are_switches_that_take_an_optional_value() {
     assert!(ok, "{stderr}");
     assert!(stdout.contains("\"status\":\"ok\""), "{stdout}");
 }
+
+/// A value named twice in a sweep's grid runs once: one row, not two alike.
+#[test]
+fn a_sweep_runs_a_repeated_value_once() {
+    let dir = temp_dir("sweep-repeats");
+    let (ok, _, stderr) = dtr(&[
+        "sweep",
+        "traces/mlp-small.jsonl",
+        "--heuristics",
+        "dtr,dtr",
+        "--ratios",
+        "0.5,0.5,0.6",
+        "--memory",
+        "counter,counter",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let rows = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    assert_eq!(rows.lines().count(), 1 + 2, "{rows}");
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -96,16 +96,17 @@ pub fn sweep(args: SweepArgs) -> dtr::Result<ExitCode> {
     } else {
         heuristics
     };
+    // A value named twice in a grid is one run, not two rows alike.
     let spec = dtr::experiments::SweepSpec {
         traces,
-        heuristics,
-        memories: memory,
-        samplings: sampling,
-        restores: restore,
+        heuristics: distinct(heuristics),
+        memories: distinct(memory),
+        samplings: distinct(sampling),
+        restores: distinct(restore),
         swap: swap.config(),
         move_bandwidth: swap.move_bandwidth(),
         seeds,
-        ratios,
+        ratios: distinct(ratios),
         thrash_limit,
         keep_needed_history: guards.keep_needed_history,
         remat_memory_guard: guards.remat_guard,
@@ -214,4 +215,15 @@ pub fn merge(args: MergeArgs) -> dtr::Result<ExitCode> {
     print!("{}", dtr::experiments::summary(&rows));
     dtr::experiments::plot::plot_all(&rows, &out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `values` without repeats, in the order first given.
+fn distinct<T: PartialEq>(values: Vec<T>) -> Vec<T> {
+    let mut kept: Vec<T> = Vec::with_capacity(values.len());
+    for value in values {
+        if !kept.contains(&value) {
+            kept.push(value);
+        }
+    }
+    kept
 }
