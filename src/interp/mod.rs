@@ -416,9 +416,8 @@ impl<B: Backend> Interpreter<B> {
 
     /// Reads a tensor back, rematerialising it if needed.
     pub fn get_value(&mut self, tensor: TensorId) -> Result<Vec<f32>> {
-        self.live_tensor(tensor)?;
-        self.lookahead_read(tensor);
         self.ensure_defined(tensor)?;
+        self.lookahead_read(tensor);
         let storage = self.graph.tensors[tensor].storage;
         self.touch(storage);
         // Pinned while the data is read back, so nothing can evict it meanwhile.
@@ -474,9 +473,8 @@ impl<B: Backend> Interpreter<B> {
     /// reading it (a foreign framework is about to read the buffer itself):
     /// a [`Interpreter::get_value`] whose read is the caller's, observed as one.
     pub fn ensure_resident(&mut self, tensor: TensorId) -> Result<()> {
-        self.live_tensor(tensor)?;
-        self.lookahead_read(tensor);
         self.ensure_defined(tensor)?;
+        self.lookahead_read(tensor);
         let storage = self.graph.tensors[tensor].storage;
         self.touch(storage);
         self.observe(TensorInstruction::Get, tensor);

@@ -94,9 +94,8 @@ impl<B: Backend> Interpreter<B> {
     /// that nothing else needs is freed. This is how a training loop keeps
     /// updated parameters without keeping every past step alive.
     pub fn detach(&mut self, tensor: TensorId) -> Result<()> {
-        self.live_tensor(tensor)?;
-        self.lookahead_read(tensor);
         self.ensure_defined(tensor)?;
+        self.lookahead_read(tensor);
         let info = &self.graph.tensors[tensor];
         let storage = info.storage;
         let (Some(node), k) = (info.producer, usize::from(info.output)) else {
