@@ -812,18 +812,25 @@ fn marked_steps_let_dtr_next_look_ahead_from_the_last_step() {
     assert_eq!(next[3].0, next[2].0);
 }
 
-/// Reads outside ops count in the foresight a step gives the next: a loss
-/// the host reads (or that a detach needs, before a parameter it was
-/// computed from changes in place) is not taken for a tensor never read
-/// again, which `dtr-next` would evict first.
-#[test]
-fn host_reads_count_in_the_last_steps_foresight() {
+/// `dtr-next` with room for everything (no eviction blurs the foresight),
+/// and a put to compute from.
+fn looking_ahead_with_room() -> (Interpreter<CpuBackend>, TensorId) {
     let mut dtr = interpreter(
         Config::default()
             .with_heuristic("dtr-next")
             .with_budget_bytes(1 << 20),
     );
     let x = dtr.put(&[1.0; 4], &[4]).unwrap();
+    (dtr, x)
+}
+
+/// Reads outside ops count in the foresight a step gives the next: a loss
+/// the host reads (or that a detach needs, before a parameter it was
+/// computed from changes in place) is not taken for a tensor never read
+/// again, which `dtr-next` would evict first.
+#[test]
+fn host_reads_count_in_the_last_steps_foresight() {
+    let (mut dtr, x) = looking_ahead_with_room();
     let mut foreseen = Vec::new();
     for _ in 0..4 {
         let a = add_scalar(&mut dtr, x, 1.0);
@@ -852,12 +859,7 @@ fn host_reads_count_in_the_last_steps_foresight() {
 /// of the tensor in the next step.
 #[test]
 fn pins_leave_the_next_steps_foresight_as_it_was() {
-    let mut dtr = interpreter(
-        Config::default()
-            .with_heuristic("dtr-next")
-            .with_budget_bytes(1 << 20),
-    );
-    let x = dtr.put(&[1.0; 4], &[4]).unwrap();
+    let (mut dtr, x) = looking_ahead_with_room();
     let mut foreseen = Vec::new();
     for step in 0..5 {
         let a = add_scalar(&mut dtr, x, 1.0);
