@@ -611,8 +611,6 @@ class Session:
             if _holds_no_memory(storage):
                 return None
             slot = self._new_slot(storage)
-            slot.constant = True
-            slot.readers = None
             # A storage PyTorch cannot resize holds memory it did not
             # allocate: `torch.from_numpy`, `frombuffer`, `from_dlpack`. Not
             # parameters: those in such memory are mapped weight files
@@ -620,9 +618,7 @@ class Session:
             # written only by ops the session sees (the optimiser's), and a
             # copy of each would hold every weight twice.
             slot.shared = not (storage.resizable() or isinstance(tensor, _Parameter))
-            slot.handle = self._engine_call(
-                self._engine.adopt, op, "adopting a tensor made outside dtr", slot.nbytes, slot.buf)
-            self._slot_of_handle[slot.handle] = slot
+            self._adopt(slot, op, "adopting a tensor made outside dtr")
             if tensor.requires_grad and tensor.is_leaf:
                 self._grad_hooks.append(tensor.register_post_accumulate_grad_hook(self._pin_grad))
         return slot
@@ -645,6 +641,14 @@ class Session:
             slots.append(slot)
         return slots
 
+    def _adopt(self, slot: _Slot, op: str, what: str) -> None:
+        """Has the engine track `slot`'s buffer as a constant of
+        `slot.nbytes`, under a new handle (for ATen op `op`, doing `what`)."""
+        slot.constant = True
+        slot.readers = None
+        slot.handle = self._engine_call(self._engine.adopt, op, what, slot.nbytes, slot.buf)
+        self._slot_of_handle[slot.handle] = slot
+
     def _readopt(self, slot: _Slot, nbytes: int, op: str) -> int:
         """A constant's storage changed size in place: the engine adopts it
         again at its new size; returns the old tensor's handle, for the caller
@@ -655,9 +659,7 @@ class Session:
         del self._slot_of_handle[old]
         slot.nbytes = nbytes
         slot.buf = _Buf(slot)
-        slot.handle = self._engine_call(self._engine.adopt, op, "counting a resized storage",
-                                        nbytes, slot.buf)
-        self._slot_of_handle[slot.handle] = slot
+        self._adopt(slot, op, "counting a resized storage")
         return old
 
     def _keep_as_written(self, slot: _Slot, op: str) -> None:
@@ -673,12 +675,7 @@ class Session:
         del self._slot_of_handle[old]
         self._engine.release(old)  # frees its bytes first: the budget holds the new version
         slot.buf = _Buf(slot)
-        slot.constant = True
-        slot.readers = None
-        slot.handle = self._engine_call(self._engine.adopt, op,
-                                        "keeping what it wrote before it failed",
-                                        slot.nbytes, slot.buf)
-        self._slot_of_handle[slot.handle] = slot
+        self._adopt(slot, op, "keeping what it wrote before it failed")
 
     def _pin_grad(self, param: _Tensor) -> None:
         """A parameter's gradient is a constant from accumulation on: the
@@ -735,12 +732,7 @@ class Session:
             return slot.copy
         copy = storage.clone()
         copy_slot = self._new_slot(copy)
-        copy_slot.constant = True
-        copy_slot.readers = None
-        copy_slot.handle = self._engine_call(self._engine.adopt, op,
-                                             "copying memory the host shares",
-                                             copy_slot.nbytes, copy_slot.buf)
-        self._slot_of_handle[copy_slot.handle] = copy_slot
+        self._adopt(copy_slot, op, "copying memory the host shares")
         slot.copy, slot.copy_storage = copy_slot, copy
         return copy_slot
 
