@@ -89,23 +89,16 @@ pub const MAX_SIZE: usize = 100_000_000;
 
 /// Builds the workload's trace (named `source` in messages).
 pub fn generate(workload: Workload, source: &str) -> Result<Trace> {
-    let empty = match workload {
-        Workload::Chain { length } | Workload::Resnet { length, .. } => {
-            (length == 0).then_some("--length")
-        }
-        Workload::Unet { depth } => (depth == 0).then_some("--depth"),
-        Workload::Random { nodes, .. } => (nodes == 0).then_some("--nodes"),
-    };
-    if let Some(flag) = empty {
-        return Err(crate::error::Error::InvalidArgument(format!(
-            "{flag} must be at least 1"
-        )));
-    }
     let (flag, size) = match workload {
         Workload::Chain { length } | Workload::Resnet { length, .. } => ("--length", length),
         Workload::Unet { depth } => ("--depth", depth),
         Workload::Random { nodes, .. } => ("--nodes", nodes),
     };
+    if size == 0 {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "{flag} must be at least 1"
+        )));
+    }
     if size > MAX_SIZE {
         return Err(crate::error::Error::InvalidArgument(format!(
             "{flag} must be at most {MAX_SIZE} (a trace of {size} would not fit in memory)"
