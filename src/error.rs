@@ -25,10 +25,12 @@ pub enum Error {
     /// No eviction can make room for an allocation. The interpreter is left
     /// consistent; raising the budget and retrying the call may succeed.
     #[error(
-        "out of memory: {context} needs {requested_bytes} B but the budget is {budget_bytes} B \
-         with {in_use_bytes} B in use ({} B free), of which {locked_bytes} B is locked by the \
+        "out of memory: {context} needs {requested_bytes} B{} but the budget is {budget_bytes} B \
+         with {in_use_bytes} B in use ({} B free{}), of which {locked_bytes} B is locked by the \
          running op and {pinned_bytes} B is pinned or not recomputable; {}{}{}",
+        aligned_note(*requested_bytes, *aligned_bytes),
         budget_bytes.saturating_sub(*in_use_bytes),
+        largest_free_note(*largest_free_bytes),
         evictable_note(in_use_bytes.saturating_sub(locked_bytes.saturating_add(*pinned_bytes))),
         chain_note(chain),
         locked_note(largest_locked)
@@ -38,6 +40,9 @@ pub enum Error {
         context: String,
         /// Bytes the allocation needed.
         requested_bytes: u64,
+        /// The same rounded up to the arena's alignment, block by block
+        /// (`requested_bytes` when memory counts bytes).
+        aligned_bytes: u64,
         /// The budget in bytes (`u64::MAX` when unbounded).
         budget_bytes: u64,
         /// Bytes in use when it failed.
@@ -47,6 +52,9 @@ pub enum Error {
         /// Of those, the other bytes no eviction can free: pinned storages,
         /// and ones that cannot be recomputed (puts, detached tensors).
         pinned_bytes: u64,
+        /// In an arena, its largest free block: when the free bytes would
+        /// hold the request, no single block did (fragmentation).
+        largest_free_bytes: Option<u64>,
         /// When the op was run to (re)compute an input of others: those ops,
         /// innermost first, the last the one the program asked for (empty
         /// when the op is the program's own).
@@ -102,6 +110,22 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`](enum@Error) as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// ` (N B aligned)` where the arena's alignment made the request larger.
+fn aligned_note(requested: u64, aligned: u64) -> String {
+    if aligned == requested {
+        String::new()
+    } else {
+        format!(" ({aligned} B aligned)")
+    }
+}
+
+/// `, the largest block N B` in an arena, where the free bytes are scattered.
+fn largest_free_note(largest_free: Option<u64>) -> String {
+    largest_free.map_or(String::new(), |bytes| {
+        format!(", the largest block {bytes} B")
+    })
+}
 
 /// What eviction could still free, which was not enough.
 fn evictable_note(evictable: u64) -> String {
@@ -172,10 +196,12 @@ mod tests {
         let error = Error::OutOfMemory {
             context: "op `exp`, rerun to rematerialise an evicted tensor,".into(),
             requested_bytes: 16,
+            aligned_bytes: 16,
             budget_bytes: 64,
             in_use_bytes: 56,
             locked_bytes: 32,
             pinned_bytes: 24,
+            largest_free_bytes: None,
             chain: vec!["add".into(), "matmul".into()],
             largest_locked: vec![("output of `exp`".into(), 32)],
         };
@@ -197,10 +223,12 @@ mod tests {
         let error = Error::OutOfMemory {
             context: "op `exp`".into(),
             requested_bytes: 40,
+            aligned_bytes: 40,
             budget_bytes: 64,
             in_use_bytes: 56,
             locked_bytes: 32,
             pinned_bytes: 8,
+            largest_free_bytes: None,
             chain: Vec::new(),
             largest_locked: Vec::new(),
         };

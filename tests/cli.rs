@@ -862,6 +862,45 @@ fn an_out_of_memory_replay_suggests_a_budget_that_completes() {
     );
 }
 
+/// In an arena the message gives the request as placed (aligned) and the
+/// largest free block, so an alignment larger than the budget, or free
+/// bytes scattered in pieces, read as what they are.
+#[test]
+fn an_arena_out_of_memory_names_the_aligned_request_and_the_largest_block() {
+    let (ok, stdout, stderr) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.5",
+        "--memory",
+        "arena:1073741824",
+        "--no-suggest",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let message = report["message"].as_str().unwrap();
+    assert!(
+        message.contains("needs 16384 B (1073741824 B aligned)"),
+        "{message}"
+    );
+    assert!(message.contains("B free, the largest block "), "{message}");
+    let (_, stdout, _) = dtr(&[
+        "replay",
+        "traces/mlp-small.jsonl",
+        "--ratio",
+        "0.1",
+        "--json",
+        "--no-suggest",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let message = report["message"].as_str().unwrap();
+    assert!(
+        !message.contains("aligned") && !message.contains("largest block"),
+        "counting bytes: {message}"
+    );
+}
+
 /// A regular file is mapped, a pipe read: both give the same replay.
 #[test]
 fn a_trace_read_from_a_pipe_replays_as_from_its_file() {

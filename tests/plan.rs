@@ -183,6 +183,19 @@ fn a_plan_only_fits_its_own_program() {
         error.contains("departs from the plan at reservation"),
         "{error}"
     );
+    // The tensor is named as the plan file names it, not by an internal id.
+    let mut broken = plan.clone();
+    broken.reservations[k].evict.insert(0, u64::MAX);
+    let error = broken.follow(&mlp).unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("victim tensor {} (not in the program)", u64::MAX)),
+        "{error}"
+    );
+    // The heuristic named is one dtr knows.
+    let mut broken = plan.clone();
+    broken.heuristic = "dtr-nxt".into();
+    let error = broken.check().unwrap_err();
+    assert!(error.contains("unknown heuristic `dtr-nxt`"), "{error}");
     // An alignment edited by hand is refused, not a panic of the arena.
     for alignment in [0, 3] {
         let mut broken = plan.clone();

@@ -351,6 +351,9 @@ impl Plan {
                 self.alignment
             ));
         }
+        // The plan runs without its heuristic, but a name no dtr knows
+        // would be reported as the run's.
+        crate::policy::heuristic(&self.heuristic).map_err(|e| e.to_string())?;
         let (stretches, offsets) = self.placements()?;
         packing::check(&stretches, &offsets, self.arena_bytes)
     }

@@ -44,11 +44,11 @@ impl<B: Backend> Interpreter<B> {
             }
             steps::Planned::OutOfMemory => {
                 self.step_request_done(requested, true);
-                return Err(self.out_of_memory(requested, purpose));
+                return Err(self.out_of_memory(sizes, purpose));
             }
         }
         let mut held_back: Vec<StorageId> = Vec::new();
-        let result = self.reserve_holding_back(sizes, requested, purpose, &mut held_back);
+        let result = self.reserve_holding_back(sizes, purpose, &mut held_back);
         for storage in held_back {
             self.table.refresh_candidacy(&self.graph, storage);
         }
@@ -60,7 +60,6 @@ impl<B: Backend> Interpreter<B> {
     fn reserve_holding_back(
         &mut self,
         sizes: &[u64],
-        requested: u64,
         purpose: RoomFor<'_>,
         held_back: &mut Vec<StorageId>,
     ) -> Result<Vec<Block>> {
@@ -108,7 +107,7 @@ impl<B: Backend> Interpreter<B> {
                 continue;
             }
             if stuck {
-                return Err(self.out_of_memory(requested, purpose));
+                return Err(self.out_of_memory(sizes, purpose));
             }
             let largest = sizes.iter().copied().max().unwrap_or(0);
             let request = self
@@ -129,7 +128,7 @@ impl<B: Backend> Interpreter<B> {
             }
             let victims = std::mem::take(&mut found);
             if victims.storages.is_empty() {
-                return Err(self.out_of_memory(requested, purpose));
+                return Err(self.out_of_memory(sizes, purpose));
             }
             for victim in victims.storages {
                 if !self.table.pool().contains(victim) {
@@ -211,7 +210,15 @@ impl<B: Backend> Interpreter<B> {
         self.observers.notify(&event, &self.graph);
     }
 
-    pub(super) fn out_of_memory(&mut self, requested_bytes: u64, purpose: RoomFor<'_>) -> Error {
+    pub(super) fn out_of_memory(&mut self, sizes: &[u64], purpose: RoomFor<'_>) -> Error {
+        let requested_bytes = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
+        let arena = self.table.memory().arena();
+        let aligned_bytes = arena.map_or(requested_bytes, |arena| {
+            sizes.iter().fold(0u64, |sum, &b| {
+                sum.saturating_add(arena.aligned(b).unwrap_or(u64::MAX))
+            })
+        });
+        let largest_free_bytes = arena.map(|arena| arena.largest_free());
         let context = match purpose {
             RoomFor::Op {
                 node,
@@ -249,10 +256,12 @@ impl<B: Backend> Interpreter<B> {
         let error = Error::OutOfMemory {
             context,
             requested_bytes,
+            aligned_bytes,
             budget_bytes: counter.budget_bytes().unwrap_or(u64::MAX),
             in_use_bytes,
             locked_bytes,
             pinned_bytes: self.table.unevictable_bytes().saturating_sub(locked_bytes),
+            largest_free_bytes,
             // Filled in by the rematerialisation that ran the op, if one did.
             chain: Vec::new(),
             largest_locked,

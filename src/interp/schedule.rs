@@ -177,6 +177,23 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
+    /// A tensor as a plan file names it (its id there), and the op that
+    /// made it when the program has it.
+    fn plan_tensor(&self, tensor: TensorId) -> String {
+        use slotmap::Key;
+        let id = tensor.data().as_ffi();
+        match self.graph.tensors.get(tensor) {
+            Some(t) => match t.producer {
+                Some(node) => format!(
+                    "tensor {id} (an output of `{}`)",
+                    self.graph.nodes[node].op().name()
+                ),
+                None => format!("tensor {id} (a put)"),
+            },
+            None => format!("tensor {id} (not in the program)"),
+        }
+    }
+
     pub(super) fn follows_plan(&self) -> bool {
         matches!(self.schedule, Some(Schedule::Follow { .. }))
     }
@@ -209,7 +226,12 @@ impl<B: Backend> Interpreter<B> {
                 Some(storage) if self.table.can_evict(&self.graph, storage) => {
                     self.evict(storage, false, None)
                 }
-                _ => return Err(broken(format!("victim {root:?} is not evictable"))),
+                _ => {
+                    return Err(broken(format!(
+                        "victim {} is not evictable",
+                        self.plan_tensor(root)
+                    )))
+                }
             }
         }
         // Evicting first only frees more room for the moves (a block moved
@@ -220,8 +242,8 @@ impl<B: Backend> Interpreter<B> {
             let storage = (self.graph.tensors.get(planned_move.tensor)).map(|t| t.storage);
             let Some(storage) = storage.filter(|&s| self.graph.storages[s].is_resident()) else {
                 return Err(broken(format!(
-                    "{:?} is not resident to move",
-                    planned_move.tensor
+                    "{} is not resident to move",
+                    self.plan_tensor(planned_move.tensor)
                 )));
             };
             match targets.iter_mut().find(|(s, _)| *s == storage) {
@@ -239,8 +261,7 @@ impl<B: Backend> Interpreter<B> {
             self.charge_moves(&moves);
         }
         if planned.out_of_memory {
-            let requested = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
-            return Err(self.out_of_memory(requested, purpose));
+            return Err(self.out_of_memory(sizes, purpose));
         }
         self.table.reserve(sizes).ok_or_else(|| {
             broken(format!(
