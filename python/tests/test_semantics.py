@@ -157,14 +157,17 @@ def test_host_reads_without_an_op_see_evicted_values_and_keep_handed_out_memory(
     expected = chain(x, 8)
     with dtr_torch.budget(6 * MiB) as session:
         values = chain(x, 8)
-        assert held_bytes(values[1]) == 0, "evicted"
-        assert values[1].tolist() == expected[1].tolist()  # no ATen op reads it
-        arrays = [values[2].numpy(), np.asarray(values[3])]
-        more = chain(values[-1], 8)  # pressure: would evict 2 and 3 again
+        # Which ones go depends on measured op times: any three will do.
+        evicted = [k for k, value in enumerate(values) if held_bytes(value) == 0]
+        assert len(evicted) >= 3, evicted
+        first, second, third = evicted[:3]
+        assert values[first].tolist() == expected[first].tolist()  # no ATen op reads it
+        arrays = [values[second].numpy(), np.asarray(values[third])]
+        more = chain(values[-1], 8)  # pressure: would evict them again
         assert session.stats()["peak_bytes"] <= 6 * MiB
-        assert held_bytes(values[2]) == MiB, "memory held by NumPy stays"
-        assert np.array_equal(arrays[0], expected[2].numpy())
-        assert np.array_equal(arrays[1], expected[3].numpy())
+        assert held_bytes(values[second]) == MiB, "memory held by NumPy stays"
+        assert np.array_equal(arrays[0], expected[second].numpy())
+        assert np.array_equal(arrays[1], expected[third].numpy())
         del more
 
 
