@@ -274,8 +274,13 @@ pub struct Foresight {
     pub known: bool,
     /// The program's time now.
     pub now: u64,
-    /// Each tensor's next read; a tensor not here is not read again.
+    /// Each tensor's next read; a tensor not here is not read again. Change
+    /// it through [`Graph::set_next_read`] and [`Graph::forget_next_reads`].
     pub next_read: SecondaryMap<TensorId, u64>,
+    /// Changes whenever the next read of a tensor whose storage is not
+    /// resident does (or every tensor's does): what was found about when
+    /// evicted storages are read stays true while it stays the same.
+    pub evicted_reads_changed: u64,
 }
 
 /// See [`Graph::recorded_signature`].
@@ -358,6 +363,26 @@ impl Graph {
     pub fn until_next_read(&self, storage: StorageId) -> Option<u64> {
         self.next_read(storage)
             .map(|at| at.saturating_sub(self.foresight.now))
+    }
+
+    /// Sets when the program next reads `tensor` (`None`: never again).
+    pub(crate) fn set_next_read(&mut self, tensor: TensorId, at: Option<u64>) {
+        let foresight = &mut self.foresight;
+        let changed = match at {
+            Some(at) => foresight.next_read.insert(tensor, at) != Some(at),
+            None => foresight.next_read.remove(tensor).is_some(),
+        };
+        let resident =
+            (self.tensors.get(tensor)).is_some_and(|t| self.storages[t.storage].is_resident());
+        if changed && !resident {
+            foresight.evicted_reads_changed += 1;
+        }
+    }
+
+    /// Forgets every tensor's next read.
+    pub(crate) fn forget_next_reads(&mut self) {
+        self.foresight.next_read.clear();
+        self.foresight.evicted_reads_changed += 1;
     }
 
     /// When, in the program's time, it next reads one of `storage`'s

@@ -812,6 +812,47 @@ fn marked_steps_let_dtr_next_look_ahead_from_the_last_step() {
     assert_eq!(next[3].0, next[2].0);
 }
 
+/// `dtr-next` keeps when the program next reads a candidate's evicted
+/// region from one search to the next, but not once the program says an
+/// evicted tensor is read at another time: the candidate is priced anew.
+#[test]
+fn a_new_next_read_of_an_evicted_tensor_reprices_what_it_needs() {
+    // Room for the put, `a` and ten others: enough candidates that one
+    // eviction is settled by a walk rather than by forgetting every cache.
+    let mut dtr = interpreter(
+        Config::default()
+            .with_heuristic("dtr-next")
+            .with_budget_bytes(12 * 16),
+    );
+    let x = dtr.put(&[1.0; 4], &[4]).unwrap();
+    let a = add_scalar(&mut dtr, x, 1.0);
+    let b = add_scalar(&mut dtr, a, 1.0);
+    dtr.evict_now(b).unwrap();
+    let others: Vec<TensorId> = (0..10).map(|k| add_scalar(&mut dtr, x, k as f32)).collect();
+    dtr.set_program_time(0);
+    for (tensor, at) in [(x, 5), (a, 1000), (b, 10)] {
+        dtr.set_next_read(tensor, Some(at));
+    }
+    for &other in &others {
+        dtr.set_next_read(other, Some(100));
+    }
+    let resident = |dtr: &Interpreter<CpuBackend>, t: TensorId| {
+        dtr.graph().storages[dtr.graph().tensors[t].storage].is_resident()
+    };
+    let others_resident =
+        |dtr: &Interpreter<CpuBackend>| others.iter().filter(|&&t| resident(dtr, t)).count();
+    // `a` is needed soon, through `b`: one of the others goes.
+    let e = add_scalar(&mut dtr, x, 20.0);
+    dtr.set_next_read(e, Some(50));
+    assert!(resident(&dtr, a));
+    assert_eq!(others_resident(&dtr), 9);
+    // Now `b` is read much later, and `a` itself late: `a` goes.
+    dtr.set_next_read(b, Some(100_000));
+    add_scalar(&mut dtr, x, 21.0);
+    assert!(!resident(&dtr, a));
+    assert_eq!(others_resident(&dtr), 9);
+}
+
 /// `dtr-next` with room for everything (no eviction blurs the foresight),
 /// and a put to compute from.
 fn looking_ahead_with_room() -> (Interpreter<CpuBackend>, TensorId) {

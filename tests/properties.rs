@@ -683,6 +683,45 @@ proptest! {
         }
     }
 
+    /// Marked steps under `dtr-next`, which looks ahead from the step
+    /// before (so the next reads of evicted tensors change at each mark, and
+    /// wherever a step departs), decide exactly as its walking reference,
+    /// which finds every region's soonest read again for each score and
+    /// window.
+    #[test]
+    fn marked_steps_look_ahead_as_the_walking_reference_does(
+        program in prop::collection::vec(step(), 1..60),
+        other in prop::collection::vec(step(), 1..60),
+        detour in 1usize..6,
+        carry in 1usize..6,
+        budget_fraction in 0.05f64..1.0,
+        guarded in any::<bool>(),
+        memory in prop::sample::select(vec![
+            MemoryModel::Counter,
+            MemoryModel::Arena { alignment: 16 },
+            MemoryModel::FirstFitArena { alignment: 16 },
+        ]),
+    ) {
+        let steps: Vec<&[Step]> = (0..5)
+            .map(|k| if k == detour { &other[..] } else { &program[..] })
+            .collect();
+        let mut unbounded = Runner::new(Config::default());
+        unbounded.run_steps(&steps, false, Some(carry));
+        let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
+        let run = |heuristic: &str| {
+            let config = Config::default()
+                .with_heuristic(heuristic)
+                .with_memory(memory)
+                .with_remat_memory_guard(guarded)
+                .with_budget_bytes(budget)
+                .with_events(true);
+            let mut runner = Runner::new(config);
+            let (observed, stats) = runner.run_steps(&steps, true, Some(carry));
+            (observed, stats, runner.dtr.events().to_vec())
+        };
+        prop_assert_eq!(run("dtr-next"), run("dtr-next-walk"));
+    }
+
     /// A static plan recorded from a budgeted run reruns the program with
     /// no policy, every allocation at its planned offset, to the same values
     /// and the same recomputations: offsets packed after a run that counted

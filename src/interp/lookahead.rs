@@ -74,10 +74,10 @@ impl<B: Backend> Interpreter<B> {
         lookahead.now = 0;
         lookahead.done.clear();
         lookahead.repeating = lookahead.last.is_some();
+        self.graph.forget_next_reads();
         let foresight = &mut self.graph.foresight;
         foresight.known = lookahead.repeating;
         foresight.now = 0;
-        foresight.next_read.clear();
         // Tensors made before the step are read first when the last step did.
         if let Some(last) = &lookahead.last {
             for (name, reads) in &last.reads {
@@ -112,7 +112,7 @@ impl<B: Backend> Interpreter<B> {
                 tracing::debug!(target: "dtr::evict", op = position, "the step departs from the last one; no foresight until the next step");
                 lookahead.repeating = false;
                 self.graph.foresight.known = false;
-                self.graph.foresight.next_read.clear();
+                self.graph.forget_next_reads();
             }
         }
     }
@@ -170,14 +170,7 @@ impl<B: Backend> Interpreter<B> {
         if lookahead.repeating {
             let last = lookahead.last.as_ref().expect("repeating a recorded step");
             let next = last.reads.get(&name).and_then(|at| at.get(done));
-            match next {
-                Some(&at) => {
-                    self.graph.foresight.next_read.insert(tensor, at);
-                }
-                None => {
-                    self.graph.foresight.next_read.remove(tensor);
-                }
-            }
+            self.graph.set_next_read(tensor, next.copied());
         }
     }
 }

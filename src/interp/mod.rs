@@ -199,15 +199,7 @@ impl<B: Backend> Interpreter<B> {
     /// a get or a pin); `None`: never again. For heuristics that look ahead.
     pub fn set_next_read(&mut self, tensor: TensorId, at: Option<u64>) {
         self.foresight_given = true;
-        let next_read = &mut self.graph.foresight.next_read;
-        match at {
-            Some(at) => {
-                next_read.insert(tensor, at);
-            }
-            None => {
-                next_read.remove(tensor);
-            }
-        }
+        self.graph.set_next_read(tensor, at);
     }
 
     /// Makes room for about `tensors` more tensors (and as many storages

@@ -53,6 +53,11 @@ pub struct Dtr {
     /// Where regions may have lost cost since the last pass, through
     /// storages whose edges changed.
     removals: Removals,
+    /// When each exact descendant region was walked (a count of walks):
+    /// while a storage's entry stays exact with the same stamp, its
+    /// region is the same set of storages (see [`Dtr::descendants_walked`]).
+    walked: SecondaryMap<StorageId, u64>,
+    walks: u64,
 }
 
 /// The sources of the walks that lower the floors of the caches a removal
@@ -131,7 +136,33 @@ impl Dtr {
         self.cached.get(storage).and_then(|c| c[slot(direction)])
     }
 
+    /// A stamp naming the walk that found `storage`'s descendant region,
+    /// while that region is known exactly (nothing it holds or borders has
+    /// changed since); `None` otherwise. Other facts about the same region
+    /// may be kept under the stamp, valid while it is returned.
+    pub fn descendants_walked(&self, storage: StorageId) -> Option<u64> {
+        match self.cached_region(storage, Direction::Descendants) {
+            Some(Region::Exact(_)) => self.walked.get(storage).copied(),
+            _ => None,
+        }
+    }
+
+    /// Takes `cost`, found by a walk of `storage`'s descendant region just
+    /// now, as that region's cost (settle first, as for scoring), and
+    /// returns its stamp (see [`Dtr::descendants_walked`]).
+    pub fn walked_descendants(&mut self, storage: StorageId, cost: u64) -> u64 {
+        if let Some(stamp) = self.descendants_walked(storage) {
+            return stamp;
+        }
+        self.cache(storage, Direction::Descendants, Region::Exact(cost));
+        self.walks
+    }
+
     fn cache(&mut self, storage: StorageId, direction: Direction, region: Region) {
+        if let (Direction::Descendants, Region::Exact(_)) = (direction, region) {
+            self.walks += 1;
+            self.walked.insert(storage, self.walks);
+        }
         self.cached
             .entry(storage)
             .expect("live storage")

@@ -17,6 +17,8 @@ use super::region::{Direction, RegionWalker};
 use super::{
     lowest_scoring, Admit, CandidatePool, CandidateSearch, Heuristic, PolicyView, Victims,
 };
+use slotmap::SecondaryMap;
+
 use crate::graph::{Graph, StorageId};
 
 #[derive(Default)]
@@ -24,9 +26,24 @@ pub struct DtrNext {
     /// The neighbourhood costs, cached as `dtr` caches them.
     dtr: Dtr,
     walker: RegionWalker,
+    /// When the program next reads a storage's evicted descendant region:
+    /// each found in full, with what it depends on (see [`SoonestRead`]).
+    soonest: SecondaryMap<StorageId, SoonestRead>,
     /// Scores every candidate in full, as the reference that the bounded
     /// search is tested against, decision for decision.
     walks_every_score: bool,
+}
+
+/// The soonest the program reads a storage of an evicted descendant region,
+/// in its own time (`None`: never). It holds while the region is the one
+/// `dtr` walked under the same stamp ([`Dtr::descendants_walked`]) and no
+/// evicted storage's next read has changed since: an evicted storage is
+/// read only once it is back, which changes the region.
+#[derive(Clone, Copy)]
+struct SoonestRead {
+    walked: u64,
+    reads_changed: u64,
+    at: Option<u64>,
 }
 
 /// `cost / (m · until)`: 0 when the storage is never read again, ∞ when
@@ -56,11 +73,66 @@ impl DtrNext {
     /// descendant (recomputing that one needs this storage too); `None`
     /// when neither is read again.
     fn until_next_read(&mut self, storage: StorageId, graph: &Graph) -> Option<u64> {
-        let own = graph.until_next_read(storage);
-        let through =
-            self.walker
-                .soonest_read_unless(graph, storage, Direction::Descendants, |_| false);
-        own.into_iter().chain(through.unwrap_or_else(Some)).min()
+        let at = self.region_read_at(storage, graph);
+        soonest_of(graph, storage, at)
+    }
+
+    /// When the program next reads a storage of the evicted region below
+    /// `storage`, in its own time. Kept while `dtr` knows the region
+    /// exactly (see [`SoonestRead`]): an arena's windows price every
+    /// candidate in it, again after each eviction, and walking each one's
+    /// region every time was most of a plain-arena replay. The walk that
+    /// finds it also gives `dtr` the region's cost.
+    fn region_read_at(&mut self, storage: StorageId, graph: &Graph) -> Option<u64> {
+        if self.walks_every_score {
+            let walk =
+                (self.walker)
+                    .soonest_read_unless(graph, storage, Direction::Descendants, |_| false);
+            let until = walk.unwrap_or_else(Some);
+            return until.map(|until| graph.foresight.now.saturating_add(until));
+        }
+        if let Some(at) = self.kept_region_read_at(storage, graph) {
+            return at;
+        }
+        let reads_changed = graph.foresight.evicted_reads_changed;
+        let (cost, until) =
+            (self.walker).cost_and_soonest_read(graph, storage, Direction::Descendants);
+        let now = graph.foresight.now;
+        let at = until.map(|until| now.saturating_add(until));
+        let walked = self.dtr.walked_descendants(storage, cost);
+        self.keep_region_read(storage, walked, reads_changed, until, now);
+        at
+    }
+
+    /// Keeps a region's soonest read, `until` from `now`, found by a walk
+    /// of the region `dtr` stamped `walked` with `reads_changed` as it is.
+    /// Not a read due now: it may be one already past, whose time the walk
+    /// did not give.
+    fn keep_region_read(
+        &mut self,
+        storage: StorageId,
+        walked: u64,
+        reads_changed: u64,
+        until: Option<u64>,
+        now: u64,
+    ) {
+        if until != Some(0) {
+            let soonest = SoonestRead {
+                walked,
+                reads_changed,
+                at: until.map(|until| now.saturating_add(until)),
+            };
+            self.soonest.insert(storage, soonest);
+        }
+    }
+
+    /// [`DtrNext::region_read_at`] where it is kept: `None` if not.
+    fn kept_region_read_at(&self, storage: StorageId, graph: &Graph) -> Option<Option<u64>> {
+        let walked = self.dtr.descendants_walked(storage)?;
+        let soonest = self.soonest.get(storage)?;
+        let valid = soonest.walked == walked
+            && soonest.reads_changed == graph.foresight.evicted_reads_changed;
+        valid.then_some(soonest.at)
     }
 
     /// The neighbourhood's cost over the time until the next read: what
@@ -76,6 +148,14 @@ impl DtrNext {
             f64::INFINITY
         }
     }
+}
+
+/// The time until the program reads `storage` itself or, at `region_at`,
+/// its evicted region, whichever is sooner.
+fn soonest_of(graph: &Graph, storage: StorageId, region_at: Option<u64>) -> Option<u64> {
+    let own = graph.until_next_read(storage);
+    let region = region_at.map(|at| at.saturating_sub(graph.foresight.now));
+    own.into_iter().chain(region).min()
 }
 
 impl Heuristic for DtrNext {
@@ -112,21 +192,39 @@ impl Heuristic for DtrNext {
             let until = own.map_or(until, |own| own.min(until));
             cost_per_byte_time(floor, bytes, Some(until)) > best
         };
-        let through =
-            self.walker
-                .soonest_read_unless(graph, storage, Direction::Descendants, above);
-        let Ok(through) = through else {
-            return f64::INFINITY;
+        let (through, walked) = match self.kept_region_read_at(storage, graph) {
+            Some(at) => (at.map(|at| at.saturating_sub(graph.foresight.now)), false),
+            None => {
+                let walk = (self.walker).soonest_read_unless(
+                    graph,
+                    storage,
+                    Direction::Descendants,
+                    above,
+                );
+                let Ok(through) = walk else {
+                    return f64::INFINITY;
+                };
+                (through, true)
+            }
         };
         let until = own.into_iter().chain(through).min();
-        if until.is_none() {
-            return 0.0; // never read again: nothing to walk for
+        let score = match until {
+            None => 0.0, // never read again: nothing to walk for
+            Some(_) => {
+                let above = |cost: u64| cost_per_byte_time(cost as f64, bytes, until) > best;
+                match self.dtr.neighbourhood_cost_unless(storage, graph, above) {
+                    Some(cost) => cost_per_byte_time(cost as f64, bytes, until),
+                    None => f64::INFINITY,
+                }
+            }
+        };
+        // A walk to its end is kept once `dtr` knows the region exactly,
+        // as it may now that it has its cost.
+        if let (true, Some(stamp)) = (walked, self.dtr.descendants_walked(storage)) {
+            let reads_changed = graph.foresight.evicted_reads_changed;
+            self.keep_region_read(storage, stamp, reads_changed, through, graph.foresight.now);
         }
-        let above = |cost: u64| cost_per_byte_time(cost as f64, bytes, until) > best;
-        match self.dtr.neighbourhood_cost_unless(storage, graph, above) {
-            Some(cost) => cost_per_byte_time(cost as f64, bytes, until),
-            None => f64::INFINITY,
-        }
+        score
     }
 
     /// The cost known without walking over the time to the storage's own

@@ -84,6 +84,29 @@ impl RegionWalker {
         }
     }
 
+    /// The summed `c0` of the evicted region around `base` in `direction`
+    /// and the soonest the program reads one of its storages (see
+    /// [`RegionWalker::soonest_read_unless`]), in one walk.
+    pub fn cost_and_soonest_read(
+        &mut self,
+        graph: &Graph,
+        base: StorageId,
+        direction: Direction,
+    ) -> (u64, Option<u64>) {
+        let mut total = 0u64;
+        let mut soonest: Option<u64> = None;
+        self.walk(graph, base, direction, |storage, resident| {
+            if !resident {
+                total = total.saturating_add(graph.storages[storage].cost);
+                if let Some(until) = graph.until_next_read(storage) {
+                    soonest = Some(soonest.map_or(until, |soonest| soonest.min(until)));
+                }
+            }
+            true
+        });
+        (total, soonest)
+    }
+
     /// Every storage the region walks from `bases` and `seeds` touch, once:
     /// the bases, whatever their residency, the seeds still in the graph
     /// and computed, the evicted storages of the regions around them, and
