@@ -42,8 +42,8 @@ use crate::graph::{Graph, Residency, StorageId};
 #[derive(Default)]
 pub struct Dtr {
     walker: RegionWalker,
-    /// Cached region costs: `[descendants, ancestors]`.
-    cached: SecondaryMap<StorageId, [Option<Region>; 2]>,
+    /// Cached region costs.
+    cached: SecondaryMap<StorageId, Cached>,
     scratch: Vec<StorageId>,
     /// Evicted or rematerialised since the last scoring pass, each once.
     unsettled: Vec<StorageId>,
@@ -53,11 +53,19 @@ pub struct Dtr {
     /// Where regions may have lost cost since the last pass, through
     /// storages whose edges changed.
     removals: Removals,
-    /// When each exact descendant region was walked (a count of walks):
-    /// while a storage's entry stays exact with the same stamp, its
-    /// region is the same set of storages (see [`Dtr::descendants_walked`]).
-    walked: SecondaryMap<StorageId, u64>,
+    /// Exact descendant regions cached so far: each one's stamp.
     walks: u64,
+}
+
+/// A storage's cached regions.
+#[derive(Clone, Copy, Default)]
+struct Cached {
+    /// `[descendants, ancestors]`.
+    regions: [Option<Region>; 2],
+    /// Which walk found the descendant region, while it is exact: it is the
+    /// same set of storages as long as the stamp stays (see
+    /// [`Dtr::descendants_walked`]).
+    descendants_walk: u64,
 }
 
 /// The sources of the walks that lower the floors of the caches a removal
@@ -133,7 +141,9 @@ impl Dtr {
     }
 
     fn cached_region(&self, storage: StorageId, direction: Direction) -> Option<Region> {
-        self.cached.get(storage).and_then(|c| c[slot(direction)])
+        self.cached
+            .get(storage)
+            .and_then(|c| c.regions[slot(direction)])
     }
 
     /// A stamp naming the walk that found `storage`'s descendant region,
@@ -141,8 +151,9 @@ impl Dtr {
     /// changed since); `None` otherwise. Other facts about the same region
     /// may be kept under the stamp, valid while it is returned.
     pub fn descendants_walked(&self, storage: StorageId) -> Option<u64> {
-        match self.cached_region(storage, Direction::Descendants) {
-            Some(Region::Exact(_)) => self.walked.get(storage).copied(),
+        let cached = self.cached.get(storage)?;
+        match cached.regions[slot(Direction::Descendants)] {
+            Some(Region::Exact(_)) => Some(cached.descendants_walk),
             _ => None,
         }
     }
@@ -159,14 +170,14 @@ impl Dtr {
     }
 
     fn cache(&mut self, storage: StorageId, direction: Direction, region: Region) {
+        let entry = (self.cached.entry(storage))
+            .expect("live storage")
+            .or_default();
+        entry.regions[slot(direction)] = Some(region);
         if let (Direction::Descendants, Region::Exact(_)) = (direction, region) {
             self.walks += 1;
-            self.walked.insert(storage, self.walks);
+            entry.descendants_walk = self.walks;
         }
-        self.cached
-            .entry(storage)
-            .expect("live storage")
-            .or_insert([None, None])[slot(direction)] = Some(region);
     }
 
     /// After evictions (`grown`): every cached region that a storage of
@@ -182,7 +193,7 @@ impl Dtr {
             (self.walker).reach(graph, grown, &[], walk, &mut self.scratch);
             for &storage in &self.scratch {
                 if let Some(entry) = self.cached.get_mut(storage) {
-                    let region = &mut entry[slot(demote)];
+                    let region = &mut entry.regions[slot(demote)];
                     *region = region.map(Region::demoted);
                 }
             }
@@ -226,7 +237,7 @@ impl Dtr {
             let lost = own.saturating_add(lost[slot(lose)]);
             for &storage in &reached[slot(walk)] {
                 if let Some(entry) = self.cached.get_mut(storage) {
-                    let region = &mut entry[slot(lose)];
+                    let region = &mut entry.regions[slot(lose)];
                     *region =
                         region.map(|region| Region::AtLeast(region.floor().saturating_sub(lost)));
                 }
@@ -327,7 +338,7 @@ impl Heuristic for Dtr {
 
     fn known_score(&self, storage: StorageId, view: &PolicyView<'_>) -> Option<f64> {
         let [Some(Region::Exact(descendants)), Some(Region::Exact(ancestors))] =
-            *self.cached.get(storage)?
+            self.cached.get(storage)?.regions
         else {
             return None;
         };
@@ -384,7 +395,7 @@ impl Heuristic for Dtr {
             // One pass over the cache beats walks from every change.
             if self.removals.len() == 0 && unsettled.iter().all(|&storage| evicted(storage)) {
                 for entry in self.cached.values_mut() {
-                    *entry = entry.map(|region| region.map(Region::demoted));
+                    entry.regions = entry.regions.map(|region| region.map(Region::demoted));
                 }
             } else {
                 self.cached.clear();
