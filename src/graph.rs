@@ -275,7 +275,8 @@ pub struct Foresight {
     /// The program's time now.
     pub now: u64,
     /// Each tensor's next read; a tensor not here is not read again. Change
-    /// it through [`Graph::set_next_read`] and [`Graph::forget_next_reads`].
+    /// it through [`Graph::set_next_read`], or just after
+    /// [`Graph::forget_next_reads`].
     pub next_read: SecondaryMap<TensorId, u64>,
     /// Changes whenever the next read of a tensor whose storage is not
     /// resident does (or every tensor's does): what was found about when

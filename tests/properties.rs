@@ -638,9 +638,7 @@ proptest! {
             .with_heuristic(heuristic)
             .with_eager_eviction(eager)
             .with_memory(memory);
-        let steps: Vec<&[Step]> = (0..5)
-            .map(|k| if k == detour { &other[..] } else { &program[..] })
-            .collect();
+        let steps = five_steps(&program, &other, detour);
         let mut unbounded = Runner::new(base.clone());
         let (expected, _) = unbounded.run_steps(&steps, false, Some(carry));
         let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
@@ -702,9 +700,7 @@ proptest! {
             MemoryModel::FirstFitArena { alignment: 16 },
         ]),
     ) {
-        let steps: Vec<&[Step]> = (0..5)
-            .map(|k| if k == detour { &other[..] } else { &program[..] })
-            .collect();
+        let steps = five_steps(&program, &other, detour);
         let mut unbounded = Runner::new(Config::default());
         unbounded.run_steps(&steps, false, Some(carry));
         let budget = (unbounded.dtr.memory().peak_bytes as f64 * budget_fraction) as u64;
@@ -877,6 +873,13 @@ proptest! {
         };
         prop_assert_eq!(run("dtr-next"), run("dtr-next-walk"));
     }
+}
+
+/// Five steps of `program`, but step `detour` (if under 5) runs `other`.
+fn five_steps<'a>(program: &'a [Step], other: &'a [Step], detour: usize) -> Vec<&'a [Step]> {
+    (0..5)
+        .map(|k| if k == detour { other } else { program })
+        .collect()
 }
 
 /// `program` run unbounded and recorded as a trace, its live tensors (its

@@ -78,7 +78,9 @@ impl<B: Backend> Interpreter<B> {
         let foresight = &mut self.graph.foresight;
         foresight.known = lookahead.repeating;
         foresight.now = 0;
-        // Tensors made before the step are read first when the last step did.
+        // Tensors made before the step are read first when the last step did
+        // (set directly: forgetting every next read just now marked them all
+        // changed).
         if let Some(last) = &lookahead.last {
             for (name, reads) in &last.reads {
                 if let (StepTensor::Earlier(tensor), Some(&first)) = (name, reads.first()) {
