@@ -82,11 +82,26 @@ impl<B: Backend> Interpreter<B> {
             if let Some(blocks) = self.reserve_by_moving(sizes, movable) {
                 return Ok(blocks);
             }
+            let largest = sizes.iter().copied().max().unwrap_or(0);
+            let request = self
+                .table
+                .memory()
+                .arena()
+                .and_then(|arena| arena.aligned(largest))
+                .unwrap_or(largest);
+            // Evicting cannot help when even evicting every candidate
+            // would leave too few bytes. In an arena it cannot either when
+            // no stretch of free and candidates' blocks is long enough:
+            // then what the guard held back is a candidate again at once,
+            // rather than after every other candidate was evicted for
+            // nothing (without held-back candidates the loop goes on as
+            // before: those evictions measured better than stopping).
             let stuck = self.table.pool().is_empty()
                 || !self
                     .table
                     .memory()
-                    .could_fit(sizes, self.table.unevictable_bytes());
+                    .could_fit(sizes, self.table.unevictable_bytes())
+                || (!held_back.is_empty() && !self.table.could_open_block(request));
             if stuck {
                 if let Some(blocks) = self.reserve_by_moving(sizes, u64::MAX) {
                     return Ok(blocks);
@@ -109,13 +124,6 @@ impl<B: Backend> Interpreter<B> {
             if stuck {
                 return Err(self.out_of_memory(sizes, purpose));
             }
-            let largest = sizes.iter().copied().max().unwrap_or(0);
-            let request = self
-                .table
-                .memory()
-                .arena()
-                .and_then(|arena| arena.aligned(largest))
-                .unwrap_or(largest);
             if found.refused.is_empty() && found.storages.is_empty() {
                 found = self.choose_victims(request, guard);
             }

@@ -527,6 +527,19 @@ impl<B: Backend> StorageTable<B> {
             .saturating_sub(self.pool.bytes())
     }
 
+    /// Whether evicting every candidate could open a block of `bytes`
+    /// (aligned): in an arena that does not move blocks, free pieces and
+    /// candidates must lie side by side for it. Always where bytes are
+    /// only counted.
+    pub(super) fn could_open_block(&self, bytes: u64) -> bool {
+        match self.memory.arena() {
+            Some(arena) if !self.memory.moves_blocks() => {
+                arena.largest_openable(|storage| self.pool.contains(storage)) >= bytes
+            }
+            _ => true,
+        }
+    }
+
     /// The most bytes that resident storages which are not recomputable
     /// (puts, detached tensors) have held at once: memory no eviction could
     /// ever free, as high as the program has shown it to go.

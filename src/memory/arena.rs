@@ -282,6 +282,26 @@ impl Arena {
         left + right
     }
 
+    /// The longest stretch of free pieces and blocks that `evictable`
+    /// says could be freed, side by side: the largest block evicting all
+    /// of those could open.
+    pub fn largest_openable(&self, mut evictable: impl FnMut(StorageId) -> bool) -> u64 {
+        let (mut run, mut longest) = (0u64, 0u64);
+        for piece in self.pieces() {
+            match piece {
+                Piece::Free { size, .. } => run += size,
+                Piece::Used {
+                    size,
+                    owner: Some(storage),
+                    ..
+                } if evictable(storage) => run += size,
+                Piece::Used { .. } => run = 0,
+            }
+            longest = longest.max(run);
+        }
+        longest
+    }
+
     /// Every piece of the address space, in address order.
     pub fn pieces(&self) -> impl Iterator<Item = Piece> + '_ {
         let mut free = self.free_by_offset.iter().peekable();
@@ -341,6 +361,26 @@ impl Arena {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_largest_openable_stretch_joins_free_and_evictable_blocks() {
+        use slotmap::SlotMap;
+        let mut ids: SlotMap<StorageId, ()> = SlotMap::with_key();
+        let (x, y, z) = (ids.insert(()), ids.insert(()), ids.insert(()));
+        let mut arena = Arena::new(1024, 256);
+        for owner in [x, y, z] {
+            arena.allocate(256, Some(owner)).unwrap();
+        }
+        // x | y | z | free: evicting x and y opens 512 bytes, y and z 768.
+        assert_eq!(arena.largest_openable(|s| s == x || s == y), 512);
+        assert_eq!(arena.largest_openable(|s| s == y || s == z), 768);
+        assert_eq!(arena.largest_openable(|_| false), 256);
+        // A block reserved for a running op (no owner) is never openable.
+        let reserved = arena.allocate(256, None).unwrap();
+        assert_eq!(arena.largest_openable(|_| true), 768);
+        arena.free(reserved);
+        assert_eq!(arena.largest_openable(|_| true), 1024);
+    }
 
     #[test]
     fn best_fit_coalesces_and_fragments() {
