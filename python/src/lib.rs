@@ -418,6 +418,7 @@ impl Engine {
         dict.set_item("eager_evictions", stats.eager_evictions)?;
         dict.set_item("rematerializations", stats.rematerializations)?;
         dict.set_item("lock_relaxations", stats.lock_relaxations)?;
+        dict.set_item("outputs_reserved_first", stats.outputs_reserved_first)?;
         dict.set_item("steps", stats.steps)?;
         dict.set_item("planned_steps", stats.planned_steps)?;
         dict.set_item("plan_repairs", stats.plan_repairs)?;

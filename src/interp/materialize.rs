@@ -10,6 +10,12 @@
 //! what it lost this way when it resumes, and never surrenders the same
 //! input twice: each frame then pushes at most two children per input, so
 //! a rematerialisation always ends.
+//!
+//! In an arena, an op whose inputs were restored one after another can
+//! find them splitting the free space: the bytes are there, no block holds
+//! the output. Such an op is tried once more the other way round, its
+//! outputs' blocks reserved first and its inputs restored around them (see
+//! [`Interpreter::reserve_outputs_first`]).
 
 use smallvec::{smallvec, SmallVec};
 
@@ -18,6 +24,7 @@ use super::{Interpreter, RunEvent};
 use crate::backend::{Backend, BufferView};
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, StorageId};
+use crate::memory::Block;
 
 /// How to restore a frame's missing input.
 enum Missing {
@@ -36,6 +43,9 @@ struct Frame {
     locked: SmallVec<[bool; 8]>,
     /// Input positions already evicted once by lock relaxation.
     lost: SmallVec<[bool; 8]>,
+    /// Blocks reserved for the node's outputs before its inputs were
+    /// restored (the retry of an op that fragmentation left without room).
+    outputs: Option<SmallVec<[Block; 2]>>,
 }
 
 impl<B: Backend> Interpreter<B> {
@@ -70,19 +80,21 @@ impl<B: Backend> Interpreter<B> {
                 }
                 Some(Missing::SwapIn(storage)) => {
                     if let Err(error) = self.swap_in(storage).and_then(|()| self.check_thrash()) {
-                        for frame in stack.iter().rev() {
-                            self.unlock_inputs(frame);
+                        for frame in stack.iter_mut().rev() {
+                            self.release(frame);
                         }
                         return Err(error);
                     }
                 }
                 None => {
-                    let frame = stack.pop().expect("stack is not empty");
+                    let mut frame = stack.pop().expect("stack is not empty");
                     let rematerializing = !(first_run && stack.is_empty());
+                    let outputs = frame.outputs.take();
+                    let retry_allowed = outputs.is_none();
                     // Only recomputation counts towards the limit, so a user's own op
                     // that ran is never undone by it.
                     let result = self
-                        .run_relaxing(frame.node, rematerializing, &mut stack)
+                        .run_relaxing(frame.node, rematerializing, &mut stack, outputs)
                         .and_then(|()| {
                             if rematerializing {
                                 self.check_thrash()
@@ -91,6 +103,18 @@ impl<B: Backend> Interpreter<B> {
                             }
                         });
                     self.unlock_inputs(&frame);
+                    let result = match result {
+                        Err(error) if retry_allowed && self.fragmented(&error, frame.node) => {
+                            match self.reserve_outputs_first(frame.node, rematerializing) {
+                                Some(frame) => {
+                                    stack.push(frame);
+                                    continue;
+                                }
+                                None => Err(error),
+                            }
+                        }
+                        other => other,
+                    };
                     if let Err(mut error) = result {
                         // The ops waiting on this one, innermost first.
                         if let Error::OutOfMemory { chain, .. } = &mut error {
@@ -100,8 +124,8 @@ impl<B: Backend> Interpreter<B> {
                                 .map(|f| self.graph.nodes[f.node].op().name().to_string())
                                 .collect();
                         }
-                        for frame in stack.iter().rev() {
-                            self.unlock_inputs(frame);
+                        for frame in stack.iter_mut().rev() {
+                            self.release(frame);
                         }
                         return Err(error);
                     }
@@ -121,8 +145,13 @@ impl<B: Backend> Interpreter<B> {
         node: NodeId,
         rematerializing: bool,
         pending: &mut [Frame],
+        outputs: Option<SmallVec<[Block; 2]>>,
     ) -> Result<()> {
-        let error = match self.run_node(node, rematerializing) {
+        if outputs.is_some() {
+            // Its room is there already.
+            return self.run_node(node, rematerializing, outputs);
+        }
+        let error = match self.run_node(node, rematerializing, None) {
             Err(error @ Error::OutOfMemory { .. }) if self.config.lock_relaxation => error,
             other => return other,
         };
@@ -145,7 +174,7 @@ impl<B: Backend> Interpreter<B> {
             surrendered: surrendered.len(),
         };
         self.observers.notify(&event, &self.graph);
-        let result = self.run_node(node, rematerializing);
+        let result = self.run_node(node, rematerializing, None);
         for (f, i) in surrendered {
             let frame = &mut pending[f];
             let storage = self.input_storage(frame.node, i);
@@ -197,6 +226,7 @@ impl<B: Backend> Interpreter<B> {
             next_input: 0,
             locked: smallvec![false; count],
             lost: smallvec![false; count],
+            outputs: None,
         };
         for i in 0..count {
             let storage = self.graph.tensors[self.graph.nodes[node].inputs()[i]].storage;
@@ -238,6 +268,60 @@ impl<B: Backend> Interpreter<B> {
         None
     }
 
+    /// Whether `error` is an arena's out-of-memory for `node`'s outputs
+    /// that its inputs, now unlocked, may have caused by where they lie:
+    /// evicting every candidate would free bytes enough.
+    fn fragmented(&self, error: &Error, node: NodeId) -> bool {
+        let arena = self.table.memory().arena().is_some();
+        arena
+            && matches!(error, Error::OutOfMemory { .. })
+            && (self.table.memory())
+                .could_fit(&self.output_sizes(node), self.table.unevictable_bytes())
+    }
+
+    /// The retry of `node` after fragmentation left its outputs no room
+    /// with its inputs locked where they were restored: its inputs are
+    /// unlocked (the caller has done so) and its outputs' blocks reserved
+    /// first, evicting as the policy chooses (the inputs included); the
+    /// frame returned then restores the inputs around those blocks. Each
+    /// frame is retried at most once. `None` when the outputs find no room
+    /// this way either.
+    fn reserve_outputs_first(&mut self, node: NodeId, rematerializing: bool) -> Option<Frame> {
+        let sizes = self.output_sizes(node);
+        let room = RoomFor::Op {
+            node,
+            rematerializing,
+        };
+        let blocks = self.reserve(&sizes, room).ok()?;
+        let event = RunEvent::OutputsReservedFirst { node };
+        self.observers.notify(&event, &self.graph);
+        let mut frame = self.begin(node);
+        frame.outputs = Some(blocks.into_iter().collect());
+        Some(frame)
+    }
+
+    /// Unlocks a frame given up on error, and returns the blocks it
+    /// reserved ahead.
+    fn release(&mut self, frame: &mut Frame) {
+        self.unlock_inputs(frame);
+        for block in frame.outputs.take().into_iter().flatten() {
+            self.table.unreserve(block);
+        }
+    }
+
+    /// The bytes of a block for every fresh output of `node`, those still
+    /// resident included: the op writes all its outputs before duplicates
+    /// are dropped.
+    fn output_sizes(&self, node: NodeId) -> SmallVec<[u64; 2]> {
+        self.graph.nodes[node]
+            .signature()
+            .outputs
+            .iter()
+            .filter(|o| o.alias_of.is_none())
+            .map(|o| o.bytes)
+            .collect()
+    }
+
     fn unlock_inputs(&mut self, frame: &Frame) {
         for (i, &locked) in frame.locked.iter().enumerate() {
             if locked {
@@ -248,23 +332,26 @@ impl<B: Backend> Interpreter<B> {
         }
     }
 
-    /// Makes room for the node's outputs, runs it, and installs the outputs
-    /// that are missing; outputs still resident (or freed) are dropped.
-    fn run_node(&mut self, node_id: NodeId, rematerializing: bool) -> Result<()> {
-        // A block for every fresh output, those still resident included:
-        // the op writes all its outputs before duplicates are dropped.
-        let sizes: SmallVec<[u64; 2]> = self.graph.nodes[node_id]
-            .signature()
-            .outputs
-            .iter()
-            .filter(|o| o.alias_of.is_none())
-            .map(|o| o.bytes)
-            .collect();
-        let room = RoomFor::Op {
-            node: node_id,
-            rematerializing,
+    /// Makes room for the node's outputs (unless `reserved` already), runs
+    /// it, and installs the outputs that are missing; outputs still
+    /// resident (or freed) are dropped.
+    fn run_node(
+        &mut self,
+        node_id: NodeId,
+        rematerializing: bool,
+        reserved: Option<SmallVec<[Block; 2]>>,
+    ) -> Result<()> {
+        let reserved: Vec<Block> = match reserved {
+            Some(blocks) => blocks.into_vec(),
+            None => {
+                let sizes = self.output_sizes(node_id);
+                let room = RoomFor::Op {
+                    node: node_id,
+                    rematerializing,
+                };
+                self.reserve(&sizes, room)?
+            }
         };
-        let reserved = self.reserve(&sizes, room)?;
         if self.has_unread_prefetches() {
             for i in 0..self.graph.nodes[node_id].inputs().len() {
                 let input = self.graph.nodes[node_id].inputs()[i];

@@ -89,6 +89,12 @@ pub enum RunEvent<'a> {
         /// How many locked inputs were given up.
         surrendered: usize,
     },
+    /// An op that fragmentation left without room is tried again with its
+    /// outputs' blocks reserved before its inputs are restored.
+    OutputsReservedFirst {
+        /// The op.
+        node: NodeId,
+    },
     /// A copy of a storage was written to host memory.
     HostCopied {
         /// The storage copied.
@@ -201,6 +207,7 @@ impl Observer for Stats {
                 self.swap_outs += u64::from(to_host);
             }
             RunEvent::LocksRelaxed { .. } => self.lock_relaxations += 1,
+            RunEvent::OutputsReservedFirst { .. } => self.outputs_reserved_first += 1,
             RunEvent::HostCopied { .. } => self.host_copies += 1,
             RunEvent::SwappedIn { .. } => self.swap_ins += 1,
             RunEvent::Prefetched { .. } => self.prefetches += 1,
@@ -294,6 +301,9 @@ impl Observer for TracingLog {
             }
             RunEvent::LocksRelaxed { node, surrendered } => {
                 debug!(target: "dtr::remat", op = op_name(node), surrendered, "relaxing the locks of pending rematerialisations");
+            }
+            RunEvent::OutputsReservedFirst { node } => {
+                debug!(target: "dtr::remat", op = op_name(node), "fragmented: reserving its outputs before restoring its inputs");
             }
             RunEvent::SwappedIn { storage, bytes } => {
                 let tensor = graph.storages[storage].tensors[0];

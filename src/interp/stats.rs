@@ -22,6 +22,10 @@ pub struct Stats {
     /// Ops that got room only by evicting inputs locked by pending
     /// rematerialisations (see [`crate::Config::lock_relaxation`]).
     pub lock_relaxations: u64,
+    /// Ops that fragmentation in an arena left without room, tried again
+    /// with their outputs' blocks reserved before their inputs were
+    /// restored.
+    pub outputs_reserved_first: u64,
     /// Evictions after which the storage has a host copy (swap).
     pub swap_outs: u64,
     /// Storages brought back from their host copy instead of recomputed,
