@@ -1,7 +1,11 @@
 //! Placement in the arena. First fit (`arena-ff`): on a log where best fit
 //! thrashes at a budget larger than one it completes at, first fit
-//! completes both. Compaction (`arena-compact`): where best fit runs out of
-//! memory for room that fragmentation hides, moving blocks completes.
+//! completes both. Split placement (`arena-split`): small blocks kept at
+//! the top leave large ones the room best fit scatters. Compaction
+//! (`arena-compact`): where best fit runs out of memory for room that
+//! fragmentation hides, moving blocks completes. Where an op's restored
+//! inputs split the room its output needs, the output's block is reserved
+//! first.
 
 mod common;
 
@@ -18,6 +22,8 @@ fn memory_models_round_trip_through_their_names() {
         "arena:512",
         "arena-ff",
         "arena-ff:512",
+        "arena-split",
+        "arena-split:512",
         "arena-compact",
         "arena-compact:512",
     ] {
@@ -25,6 +31,7 @@ fn memory_models_round_trip_through_their_names() {
         assert_eq!(model.to_string(), name);
     }
     assert!("arena-ff:3".parse::<MemoryModel>().is_err());
+    assert!("arena-split:3".parse::<MemoryModel>().is_err());
     assert!("arena-compact:3".parse::<MemoryModel>().is_err());
 }
 
@@ -243,4 +250,40 @@ fn held_back_candidates_return_once_no_stretch_could_hold_the_request() {
         );
         assert!(run.overhead < 1.4, "{ratio}: {}", run.overhead);
     }
+}
+
+/// Split placement (`arena-split`): InceptionV4 with `dtr` at 0.45 of its
+/// peak. Best fit runs out of memory: small blocks scattered over the
+/// arena split the stretches its large activations need. With small blocks
+/// kept at the top, the run completes near the overhead of first fit.
+#[test]
+fn small_blocks_kept_apart_leave_room_for_large_ones() {
+    let Some(logs) = common::prototype_logs() else {
+        return;
+    };
+    let log = logs
+        .iter()
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("inceptionv4")
+        })
+        .unwrap();
+    let workload = Workload::load(log, None).unwrap();
+    let run = |memory: &str| {
+        RunSpec {
+            budget: Budget::Ratio(0.45),
+            memory: memory.parse().unwrap(),
+            policy: Policy::from("dtr"),
+            ..RunSpec::default()
+        }
+        .run(&workload)
+        .unwrap()
+    };
+    assert_eq!(run("arena").report.status, ReplayStatus::OutOfMemory);
+    let split = run("arena-split");
+    assert_eq!(split.report.status, ReplayStatus::Ok);
+    assert!(split.report.peak_bytes <= split.budget_bytes.unwrap());
+    assert!(split.overhead < 1.2, "{}", split.overhead);
 }

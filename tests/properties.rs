@@ -370,6 +370,7 @@ proptest! {
             // Blocks of 16 bytes: these programs' tensors (16 B to a
             // few hundred) then come in many sizes, and fragment.
             MemoryModel::CompactingArena { alignment: 16 },
+            MemoryModel::SplitArena { alignment: 16 },
         ]),
         // √N sampling; the guards against cascades (kept history, the
         // rematerialisation memory guard).

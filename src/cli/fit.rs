@@ -25,7 +25,7 @@ pub struct Args {
     /// future; `dtr` is what DTR does at run time, with no foresight.
     #[arg(long, value_delimiter = ',', default_value = dtr::policy::REPLAY_HEURISTIC)]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
+    /// Memory models, comma-separated: `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit), `arena-split` (best fit, small blocks apart at the top) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<MemoryModel>,
     #[arg(long, value_enum, default_value = "all")]

@@ -33,7 +33,7 @@ pub struct Args {
     /// future; `dtr` is what DTR does at run time, with no foresight.
     #[arg(long, default_value = dtr::policy::REPLAY_HEURISTIC)]
     heuristic: String,
-    /// `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
+    /// `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit), `arena-split` (best fit, small blocks apart at the top) or `arena-compact` (best fit, moving blocks where fragmentation hides room), each optionally `:ALIGNMENT` (default 256).
     #[arg(long, default_value = "counter")]
     memory: MemoryModel,
     #[arg(long, value_enum, default_value = "all")]
@@ -126,9 +126,12 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
     // And, in an arena, whether moving blocks would: fragmentation can
     // hide room that the free bytes hold.
     let by_moving = match (report_stopped(&outcome), spec.memory) {
-        (true, MemoryModel::Arena { alignment } | MemoryModel::FirstFitArena { alignment })
-            if suggestion.is_some() =>
-        {
+        (
+            true,
+            MemoryModel::Arena { alignment }
+            | MemoryModel::FirstFitArena { alignment }
+            | MemoryModel::SplitArena { alignment },
+        ) if suggestion.is_some() => {
             let compacting = RunSpec {
                 memory: MemoryModel::CompactingArena { alignment },
                 ..spec.clone()

@@ -36,7 +36,7 @@ pub struct SweepArgs {
         default_value = "dtr,dtr-eq,dtr-local,msps,lru,size,static-sqrt"
     )]
     heuristics: Vec<String>,
-    /// Memory models, comma-separated: `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit) or `arena-compact` (best fit, moving blocks where fragmentation hides room); or `plan`, a static plan made at the budget (as `dtr plan` makes it) and followed, over the budget an `oom`. Arenas and plans optionally `:ALIGNMENT` (default 256).
+    /// Memory models, comma-separated: `counter`, or an arena: `arena` (best fit), `arena-ff` (first fit), `arena-split` (best fit, small blocks apart at the top) or `arena-compact` (best fit, moving blocks where fragmentation hides room); or `plan`, a static plan made at the budget (as `dtr plan` makes it) and followed, over the budget an `oom`. Arenas and plans optionally `:ALIGNMENT` (default 256).
     #[arg(long, value_delimiter = ',', default_value = "counter")]
     memory: Vec<Placement>,
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]

@@ -16,7 +16,7 @@ use crate::graph::StorageId;
 
 /// Which memory model to use. Written `counter`, `arena` (256-byte
 /// alignment) or `arena:ALIGNMENT`, `arena-ff[:ALIGNMENT]`,
-/// `arena-compact[:ALIGNMENT]`.
+/// `arena-split[:ALIGNMENT]`, `arena-compact[:ALIGNMENT]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub enum MemoryModel {
@@ -31,6 +31,14 @@ pub enum MemoryModel {
     /// The same placing each block at the lowest offset where it fits
     /// (see `Arena::allocate`). Written `arena-ff` or `arena-ff:ALIGNMENT`.
     FirstFitArena {
+        /// Block alignment in bytes (a power of two).
+        alignment: u64,
+    },
+    /// The same placing small blocks (under 1/64 of the arena) at the top
+    /// end of the highest free block that holds them, large ones best fit
+    /// (see `Arena::allocate`). Written `arena-split` or
+    /// `arena-split:ALIGNMENT`.
+    SplitArena {
         /// Block alignment in bytes (a power of two).
         alignment: u64,
     },
@@ -60,6 +68,8 @@ impl std::fmt::Display for MemoryModel {
             MemoryModel::Arena { alignment } => write!(f, "arena:{alignment}"),
             MemoryModel::FirstFitArena { alignment: 256 } => f.write_str("arena-ff"),
             MemoryModel::FirstFitArena { alignment } => write!(f, "arena-ff:{alignment}"),
+            MemoryModel::SplitArena { alignment: 256 } => f.write_str("arena-split"),
+            MemoryModel::SplitArena { alignment } => write!(f, "arena-split:{alignment}"),
             MemoryModel::CompactingArena { alignment: 256 } => f.write_str("arena-compact"),
             MemoryModel::CompactingArena { alignment } => write!(f, "arena-compact:{alignment}"),
         }
@@ -74,12 +84,14 @@ impl std::str::FromStr for MemoryModel {
             None if text == "counter" => Ok(MemoryModel::Counter),
             None if text == "arena" => Ok(MemoryModel::arena()),
             None if text == "arena-ff" => Ok(MemoryModel::FirstFitArena { alignment: 256 }),
+            None if text == "arena-split" => Ok(MemoryModel::SplitArena { alignment: 256 }),
             None if text == "arena-compact" => Ok(MemoryModel::CompactingArena { alignment: 256 }),
-            Some((kind @ ("arena" | "arena-ff" | "arena-compact"), alignment)) => {
+            Some((kind @ ("arena" | "arena-ff" | "arena-split" | "arena-compact"), alignment)) => {
                 match alignment.parse::<u64>() {
                     Ok(alignment) if alignment.is_power_of_two() => Ok(match kind {
                         "arena" => MemoryModel::Arena { alignment },
                         "arena-ff" => MemoryModel::FirstFitArena { alignment },
+                        "arena-split" => MemoryModel::SplitArena { alignment },
                         _ => MemoryModel::CompactingArena { alignment },
                     }),
                     _ => Err(format!(
@@ -88,7 +100,7 @@ impl std::str::FromStr for MemoryModel {
                 }
             }
             _ => Err(format!(
-                "unknown memory model `{text}` (counter, arena, arena-ff or arena-compact, \
+                "unknown memory model `{text}` (counter, arena, arena-ff, arena-split or arena-compact, \
                  each arena optionally with :ALIGNMENT)"
             )),
         }
@@ -137,16 +149,21 @@ impl Memory {
     /// Creates the arena once there is a budget and nothing is placed yet
     /// (existing storages have no addresses to move into it).
     fn open_arena(&mut self) {
-        let (alignment, first_fit) = match self.model {
+        let alignment = match self.model {
             MemoryModel::Counter => return,
-            MemoryModel::Arena { alignment } => (alignment, false),
-            MemoryModel::FirstFitArena { alignment } => (alignment, true),
-            MemoryModel::CompactingArena { alignment } => (alignment, false),
+            MemoryModel::Arena { alignment }
+            | MemoryModel::FirstFitArena { alignment }
+            | MemoryModel::SplitArena { alignment }
+            | MemoryModel::CompactingArena { alignment } => alignment,
         };
         if let (Some(budget), None) = (self.counter.budget_bytes(), &self.arena) {
             if self.counter.in_use_bytes() == 0 {
                 let arena = Arena::new(budget, alignment);
-                self.arena = Some(if first_fit { arena.first_fit() } else { arena });
+                self.arena = Some(match self.model {
+                    MemoryModel::FirstFitArena { .. } => arena.first_fit(),
+                    MemoryModel::SplitArena { .. } => arena.split(),
+                    _ => arena,
+                });
             }
         }
     }
