@@ -9,6 +9,7 @@ use std::process::Command;
 
 use dtr::experiments::plan::Plan;
 use dtr::experiments::{Policy, RunSpec, Workload};
+use dtr::trace::replay::ReplayStatus;
 use dtr::Budget;
 
 fn shipped(name: &str) -> PathBuf {
@@ -286,4 +287,49 @@ fn plans_of_the_authors_logs_are_followed_exactly() {
         let plan = plan_and_follow(&workload, &spec("dtr", 0.5));
         assert!(plan.fits(), "{}", log.display());
     }
+}
+
+/// A run in the plain arena whose op was tried again with its outputs'
+/// blocks reserved first (the shipped GPT-2 step under `dtr-next` at 0.56
+/// of its peak) records that reservation as such; followed, the plan
+/// reserves them first there too and ends exactly, at the run's cost.
+#[test]
+fn a_plan_recorded_in_an_arena_reserves_outputs_first_where_its_run_did() {
+    use dtr::memory::MemoryModel;
+    let workload = Workload::load(&shipped("pytorch/gpt2-6l.jsonl"), None).unwrap();
+    let recording = RunSpec {
+        memory: MemoryModel::arena(),
+        ..spec("dtr-next", 0.56)
+    };
+    let (recorded, dtr) = recording
+        .run_with(&workload, false, |dtr| dtr.record_plan(), |_, _| {})
+        .unwrap();
+    assert_eq!(recorded.report.status, ReplayStatus::Ok);
+    assert!(recorded.report.stats.outputs_reserved_first > 0);
+    let record = dtr.plan_record().unwrap();
+    assert!(record.reservations.iter().any(|r| r.outputs_first));
+    let following = RunSpec {
+        budget: Budget::Bytes(recorded.budget_bytes.unwrap()),
+        memory: MemoryModel::arena(),
+        thrash_limit: f64::INFINITY,
+        ..RunSpec::default()
+    };
+    let (followed, dtr) = following
+        .run_with(
+            &workload,
+            false,
+            |dtr| dtr.follow_plan(record.reservations.clone(), Some(record.offsets.clone())),
+            |_, _| {},
+        )
+        .unwrap();
+    assert_eq!(
+        followed.report.status,
+        ReplayStatus::Ok,
+        "{:?}",
+        followed.report.message
+    );
+    assert!(dtr.plan_finished());
+    let (before, after) = (&recorded.report.stats, &followed.report.stats);
+    assert_eq!(after.compute, before.compute);
+    assert_eq!(after.outputs_reserved_first, before.outputs_reserved_first);
 }

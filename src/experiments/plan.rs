@@ -33,6 +33,11 @@ pub struct PlannedReservation {
     /// locks asks again).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub out_of_memory: bool,
+    /// Whether it reserved an op's outputs before the op's inputs were
+    /// restored again (an arena's run, after fragmentation left the op no
+    /// room).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outputs_first: bool,
 }
 
 /// A block moved, as a plan file keeps it.
@@ -547,6 +552,7 @@ impl From<&Reservation> for PlannedReservation {
                 })
                 .collect(),
             out_of_memory: reservation.out_of_memory,
+            outputs_first: reservation.outputs_first,
         }
     }
 }
@@ -565,6 +571,7 @@ impl From<&PlannedReservation> for Reservation {
                 })
                 .collect(),
             out_of_memory: planned.out_of_memory,
+            outputs_first: planned.outputs_first,
         }
     }
 }

@@ -106,11 +106,12 @@ impl<B: Backend> Interpreter<B> {
                     let result = match result {
                         Err(error) if retry_allowed && self.fragmented(&error, frame.node) => {
                             match self.reserve_outputs_first(frame.node, rematerializing) {
-                                Some(frame) => {
+                                Ok(Some(frame)) => {
                                     stack.push(frame);
                                     continue;
                                 }
-                                None => Err(error),
+                                Ok(None) => Err(error),
+                                Err(other) => Err(other),
                             }
                         }
                         other => other,
@@ -270,11 +271,16 @@ impl<B: Backend> Interpreter<B> {
 
     /// Whether `error` is an arena's out-of-memory for `node`'s outputs
     /// that its inputs, now unlocked, may have caused by where they lie:
-    /// evicting every candidate would free bytes enough.
+    /// evicting every candidate would free bytes enough. A plan being
+    /// followed says so itself, where its recorded run retried.
     fn fragmented(&self, error: &Error, node: NodeId) -> bool {
-        let arena = self.table.memory().arena().is_some();
-        arena
-            && matches!(error, Error::OutOfMemory { .. })
+        if !matches!(error, Error::OutOfMemory { .. }) {
+            return false;
+        }
+        if self.follows_plan() {
+            return self.plan_reserves_outputs_first();
+        }
+        self.table.memory().arena().is_some()
             && (self.table.memory())
                 .could_fit(&self.output_sizes(node), self.table.unevictable_bytes())
     }
@@ -285,19 +291,31 @@ impl<B: Backend> Interpreter<B> {
     /// first, evicting as the policy chooses (the inputs included); the
     /// frame returned then restores the inputs around those blocks. Each
     /// frame is retried at most once. `None` when the outputs find no room
-    /// this way either.
-    fn reserve_outputs_first(&mut self, node: NodeId, rematerializing: bool) -> Option<Frame> {
+    /// this way either (other errors, such as a departure from a plan
+    /// being followed, are returned).
+    fn reserve_outputs_first(
+        &mut self,
+        node: NodeId,
+        rematerializing: bool,
+    ) -> Result<Option<Frame>> {
         let sizes = self.output_sizes(node);
         let room = RoomFor::Op {
             node,
             rematerializing,
         };
-        let blocks = self.reserve(&sizes, room).ok()?;
+        let recorded = self.recorded_reservations();
+        let reserved = self.reserve(&sizes, room);
+        self.schedule_outputs_first(recorded);
+        let blocks = match reserved {
+            Ok(blocks) => blocks,
+            Err(Error::OutOfMemory { .. }) => return Ok(None),
+            Err(other) => return Err(other),
+        };
         let event = RunEvent::OutputsReservedFirst { node };
         self.observers.notify(&event, &self.graph);
         let mut frame = self.begin(node);
         frame.outputs = Some(blocks.into_iter().collect());
-        Some(frame)
+        Ok(Some(frame))
     }
 
     /// Unlocks a frame given up on error, and returns the blocks it

@@ -41,6 +41,10 @@ pub struct Reservation {
     pub moves: Vec<BlockMove>,
     /// It failed even after evicting them.
     pub out_of_memory: bool,
+    /// It reserved an op's outputs before the op's inputs were restored
+    /// again, after fragmentation left the op no room (see
+    /// [`Stats::outputs_reserved_first`](crate::Stats::outputs_reserved_first)).
+    pub outputs_first: bool,
 }
 
 /// A resident storage's block moved to open a hole, as a reservation of a
@@ -174,6 +178,35 @@ impl<B: Backend> Interpreter<B> {
                 out_of_memory,
                 ..std::mem::take(current)
             });
+        }
+    }
+
+    /// How many reservations are recorded so far (0 when not recording).
+    pub(super) fn recorded_reservations(&self) -> usize {
+        match &self.schedule {
+            Some(Schedule::Record { done, .. }) => done.len(),
+            _ => 0,
+        }
+    }
+
+    /// Marks the reservation recorded as the `k`th, if there is one, as
+    /// one of an op's outputs made before its inputs are restored again.
+    pub(super) fn schedule_outputs_first(&mut self, k: usize) {
+        if let Some(Schedule::Record { done, .. }) = &mut self.schedule {
+            if let Some(reservation) = done.get_mut(k) {
+                reservation.outputs_first = true;
+            }
+        }
+    }
+
+    /// Whether the plan being followed reserves an op's outputs before its
+    /// inputs next (its recorded run did so there).
+    pub(super) fn plan_reserves_outputs_first(&self) -> bool {
+        match &self.schedule {
+            Some(Schedule::Follow { planned, .. }) => {
+                planned.front().is_some_and(|next| next.outputs_first)
+            }
+            _ => false,
         }
     }
 
