@@ -9,10 +9,36 @@
 
 mod common;
 
-use dtr::experiments::{Policy, RunSpec, Workload};
+use dtr::experiments::{Outcome, Policy, RunSpec, Workload};
 use dtr::memory::MemoryModel;
 use dtr::trace::replay::ReplayStatus;
 use dtr::Budget;
+
+/// `workload` replayed under `heuristic` at `ratio` of its peak.
+fn replayed(workload: &Workload, memory: &str, heuristic: &str, ratio: f64) -> Outcome {
+    RunSpec {
+        budget: Budget::Ratio(ratio),
+        memory: memory.parse().unwrap(),
+        policy: Policy::from(heuristic),
+        ..RunSpec::default()
+    }
+    .run(workload)
+    .unwrap()
+}
+
+/// A trace the project ships, loaded.
+fn shipped(name: &str) -> Workload {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("traces")
+        .join(name);
+    Workload::load(&path, None).unwrap()
+}
+
+/// The authors' log whose name starts with `prefix`, loaded; `None` where
+/// `../shared` is not beside the project.
+fn prototype(prefix: &str) -> Option<Workload> {
+    Some(Workload::load(&common::prototype_log(prefix)?, None).unwrap())
+}
 
 #[test]
 fn memory_models_round_trip_through_their_names() {
@@ -41,19 +67,9 @@ fn memory_models_round_trip_through_their_names() {
 /// completes at both.
 #[test]
 fn first_fit_completes_where_best_fit_thrashes_above_a_completing_budget() {
-    let Some(logs) = common::prototype_logs() else {
+    let Some(workload) = prototype("inceptionv4") else {
         return;
     };
-    let log = logs
-        .iter()
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("inceptionv4")
-        })
-        .unwrap();
-    let workload = Workload::load(log, None).unwrap();
     let run = |memory: &str, ratio: f64| {
         RunSpec {
             budget: Budget::Ratio(ratio),
@@ -78,14 +94,7 @@ fn first_fit_completes_where_best_fit_thrashes_above_a_completing_budget() {
 /// blocks, at about the overhead of counting bytes (moves included).
 #[test]
 fn moving_blocks_completes_where_fragmentation_runs_out_of_memory() {
-    let workload = Workload::load(
-        std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/traces/torchvision/mobilenet_v2-b16.jsonl"
-        )),
-        None,
-    )
-    .unwrap();
+    let workload = shipped("torchvision/mobilenet_v2-b16.jsonl");
     let run = |memory: &str| {
         RunSpec {
             budget: Budget::Ratio(0.3),
@@ -187,22 +196,8 @@ fn blocks_move_only_where_that_is_cheaper_than_the_op() {
 /// completes within the budget (it ran out of memory before).
 #[test]
 fn an_op_that_fragmentation_leaves_without_room_reserves_its_outputs_first() {
-    let workload = Workload::load(
-        std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/traces/pytorch/gpt2-6l.jsonl"
-        )),
-        None,
-    )
-    .unwrap();
-    let run = RunSpec {
-        budget: Budget::Ratio(0.56),
-        memory: "arena".parse().unwrap(),
-        policy: Policy::from("dtr-next"),
-        ..RunSpec::default()
-    }
-    .run(&workload)
-    .unwrap();
+    let workload = shipped("pytorch/gpt2-6l.jsonl");
+    let run = replayed(&workload, "arena", "dtr-next", 0.56);
     assert_eq!(
         run.report.status,
         ReplayStatus::Ok,
@@ -220,28 +215,11 @@ fn an_op_that_fragmentation_leaves_without_room_reserves_its_outputs_first() {
 /// evicted (the run thrashed then, though it completes at 0.16 and 0.18).
 #[test]
 fn held_back_candidates_return_once_no_stretch_could_hold_the_request() {
-    let Some(logs) = common::prototype_logs() else {
+    let Some(workload) = prototype("unroll_gan") else {
         return;
     };
-    let log = logs
-        .iter()
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("unroll_gan")
-        })
-        .unwrap();
-    let workload = Workload::load(log, None).unwrap();
     for ratio in [0.16, 0.17, 0.18] {
-        let run = RunSpec {
-            budget: Budget::Ratio(ratio),
-            memory: "arena".parse().unwrap(),
-            policy: Policy::from("dtr-next"),
-            ..RunSpec::default()
-        }
-        .run(&workload)
-        .unwrap();
+        let run = replayed(&workload, "arena", "dtr-next", ratio);
         assert_eq!(
             run.report.status,
             ReplayStatus::Ok,
@@ -258,31 +236,12 @@ fn held_back_candidates_return_once_no_stretch_could_hold_the_request() {
 /// kept at the top, the run completes near the overhead of first fit.
 #[test]
 fn small_blocks_kept_apart_leave_room_for_large_ones() {
-    let Some(logs) = common::prototype_logs() else {
+    let Some(workload) = prototype("inceptionv4") else {
         return;
     };
-    let log = logs
-        .iter()
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("inceptionv4")
-        })
-        .unwrap();
-    let workload = Workload::load(log, None).unwrap();
-    let run = |memory: &str| {
-        RunSpec {
-            budget: Budget::Ratio(0.45),
-            memory: memory.parse().unwrap(),
-            policy: Policy::from("dtr"),
-            ..RunSpec::default()
-        }
-        .run(&workload)
-        .unwrap()
-    };
-    assert_eq!(run("arena").report.status, ReplayStatus::OutOfMemory);
-    let split = run("arena-split");
+    let arena = replayed(&workload, "arena", "dtr", 0.45);
+    assert_eq!(arena.report.status, ReplayStatus::OutOfMemory);
+    let split = replayed(&workload, "arena-split", "dtr", 0.45);
     assert_eq!(split.report.status, ReplayStatus::Ok);
     assert!(split.report.peak_bytes <= split.budget_bytes.unwrap());
     assert!(split.overhead < 1.2, "{}", split.overhead);

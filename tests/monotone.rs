@@ -14,12 +14,7 @@ use dtr::trace::replay::ReplayStatus;
 use dtr::Budget;
 
 fn log(prefix: &str) -> Option<Workload> {
-    let logs = common::prototype_logs()?;
-    let path = logs
-        .iter()
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
-        .unwrap();
-    Some(Workload::load(path, None).unwrap())
+    Some(Workload::load(&common::prototype_log(prefix)?, None).unwrap())
 }
 
 fn status(workload: &Workload, ratio: f64, keep: bool) -> ReplayStatus {

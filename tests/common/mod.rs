@@ -15,6 +15,18 @@ pub fn prototype_logs() -> Option<Vec<PathBuf>> {
     Some(logs)
 }
 
+/// The authors' log whose file name starts with `prefix` (see
+/// [`prototype_logs`]).
+#[allow(dead_code)] // not every test crate reads one log
+pub fn prototype_log(prefix: &str) -> Option<PathBuf> {
+    let logs = prototype_logs()?;
+    let log = logs
+        .into_iter()
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no log named {prefix}…"));
+    Some(log)
+}
+
 /// The directory of the DTR authors' logs: `DTR_PROTOTYPE_TRACES`, else
 /// `../shared/traces/dtr-prototype` beside the project. A user's clone does
 /// not have them: then the test says it skipped. Under CI (`CI=true`),
