@@ -122,35 +122,38 @@ fn moving_blocks_completes_where_fragmentation_runs_out_of_memory() {
 
 /// The same from the command line: the arena replay that runs out of memory
 /// names `--memory arena-compact` (JSON `compacting_overhead`), which
-/// completes and reports its moves.
+/// completes and reports its moves, and `--memory arena-split` (JSON
+/// `split_overhead`) where that completes: at 0.34 of the peak, not at 0.3.
 #[test]
-fn a_stopped_arena_replay_names_the_compacting_arena() {
+fn a_stopped_arena_replay_names_the_placements_that_complete() {
     let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("traces/torchvision/mobilenet_v2-b16.jsonl");
-    let replay = |memory: &str| -> serde_json::Value {
+    let replay = |memory: &str, ratio: &str| -> serde_json::Value {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_dtr"))
-            .args([
-                "replay",
-                trace.to_str().unwrap(),
-                "--ratio",
-                "0.3",
-                "--json",
-            ])
-            .args(["--memory", memory])
+            .args(["replay", trace.to_str().unwrap(), "--json"])
+            .args(["--ratio", ratio, "--memory", memory])
             .output()
             .unwrap();
         serde_json::from_slice(&output.stdout).unwrap()
     };
-    let placed = replay("arena");
+    let placed = replay("arena", "0.3");
     assert_eq!(placed["status"], "oom", "{placed}");
     assert!(placed["compacting_overhead"].as_f64().is_some(), "{placed}");
+    assert!(placed["split_overhead"].is_null(), "{placed}");
     assert_eq!(placed["compactions"], 0);
-    let moved = replay("arena-compact");
+    let moved = replay("arena-compact", "0.3");
     assert_eq!(moved["status"], "ok", "{moved}");
     assert!(moved["compactions"].as_u64().unwrap() > 0, "{moved}");
     assert!(moved["moved_bytes"].as_u64().unwrap() > 0, "{moved}");
     assert_eq!(moved["overhead"], placed["compacting_overhead"]);
     assert!(moved["compacting_overhead"].is_null());
+
+    let placed = replay("arena", "0.34");
+    assert_eq!(placed["status"], "oom", "{placed}");
+    let split = replay("arena-split", "0.34");
+    assert_eq!(split["status"], "ok", "{split}");
+    assert_eq!(split["overhead"], placed["split_overhead"]);
+    assert!(split["split_overhead"].is_null());
 }
 
 /// The compacting arena moves blocks only where that takes no longer than

@@ -140,6 +140,20 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         }
         _ => None,
     };
+    // And whether keeping small blocks apart would: they scatter over a
+    // best-fit or first-fit arena and split the stretches large blocks need.
+    let by_splitting = match (report_stopped(&outcome), spec.memory) {
+        (true, MemoryModel::Arena { alignment } | MemoryModel::FirstFitArena { alignment })
+            if suggestion.is_some() =>
+        {
+            let split = RunSpec {
+                memory: MemoryModel::SplitArena { alignment },
+                ..spec.clone()
+            };
+            Some(split.run(&workload)?).filter(|placed| !report_stopped(placed))
+        }
+        _ => None,
+    };
     let finished = Finished {
         args: &args,
         spec: &spec,
@@ -148,6 +162,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
         suggestion: suggestion.as_ref(),
         by_swap: by_swap.as_ref(),
         by_moving: by_moving.as_ref(),
+        by_splitting: by_splitting.as_ref(),
     };
     if args.json {
         println!("{}", finished.to_json());
@@ -257,6 +272,9 @@ struct Finished<'a> {
     /// The same run in a compacting arena, when the run stopped in an arena
     /// and that completes.
     by_moving: Option<&'a dtr::experiments::Outcome>,
+    /// The same run in a split arena, when the run stopped in a best-fit or
+    /// first-fit arena and that completes.
+    by_splitting: Option<&'a dtr::experiments::Outcome>,
 }
 
 impl Finished<'_> {
@@ -298,6 +316,7 @@ impl Finished<'_> {
             "suggested_budget_bytes": suggestion.and_then(|f| f.budget_bytes),
             "hybrid_overhead": self.by_swap.map(|o| o.overhead),
             "compacting_overhead": self.by_moving.map(|o| o.overhead),
+            "split_overhead": self.by_splitting.map(|o| o.overhead),
             "fragmentation": arena.map(|a| a.fragmentation),
             "largest_free_bytes": arena.map(|a| a.largest_free_bytes),
             "free_blocks": arena.map(|a| a.free_blocks),
@@ -398,6 +417,13 @@ impl Finished<'_> {
                 moved.overhead,
                 stats.compactions,
                 human(stats.moved_bytes)
+            );
+        }
+        if let Some(placed) = self.by_splitting {
+            println!(
+                "  or              --memory arena-split completes at this budget (overhead {:.4}, \
+                 small blocks kept apart at the top of the arena)",
+                placed.overhead
             );
         }
     }
