@@ -65,9 +65,9 @@ enum Placement {
     BestFit,
     /// At the lowest offset where it fits.
     FirstFit,
-    /// Best fit for large blocks; a small one (under
-    /// [`SMALL_BLOCK_SHARE`] of the arena) at the top end of the highest
-    /// free block that holds it.
+    /// Best fit for large blocks; a small one (under `capacity /`
+    /// [`SMALL_BLOCK_SHARE`] bytes) at the top end of the highest free
+    /// block that holds it.
     Split,
 }
 
