@@ -119,7 +119,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 restore: RestoreMode::Hybrid,
                 ..spec.clone()
             };
-            Some(hybrid.run(&workload)?).filter(|swapped| !report_stopped(swapped))
+            completes(&hybrid, &workload)?
         }
         _ => None,
     };
@@ -136,7 +136,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 memory: MemoryModel::CompactingArena { alignment },
                 ..spec.clone()
             };
-            Some(compacting.run(&workload)?).filter(|moved| !report_stopped(moved))
+            completes(&compacting, &workload)?
         }
         _ => None,
     };
@@ -150,7 +150,7 @@ pub fn run(args: Args) -> dtr::Result<ExitCode> {
                 memory: MemoryModel::SplitArena { alignment },
                 ..spec.clone()
             };
-            Some(split.run(&workload)?).filter(|placed| !report_stopped(placed))
+            completes(&split, &workload)?
         }
         _ => None,
     };
@@ -427,6 +427,15 @@ impl Finished<'_> {
             );
         }
     }
+}
+
+/// `spec`'s run of `workload`, if it completes.
+fn completes(
+    spec: &RunSpec,
+    workload: &Workload,
+) -> dtr::Result<Option<dtr::experiments::Outcome>> {
+    let outcome = spec.run(workload)?;
+    Ok(Some(outcome).filter(|outcome| !report_stopped(outcome)))
 }
 
 /// Whether the run stopped before the trace's end.
