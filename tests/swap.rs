@@ -644,3 +644,69 @@ fn a_recomputation_that_cannot_fit_is_retried_from_host_copies() {
     assert!(dtr.memory().in_use_bytes <= 4 * BYTES);
     dtr.check_invariants().unwrap();
 }
+
+/// `z = p + q` where `p = exp(exp(x))` and `q = exp(x) + exp(x)`, every op
+/// 100 ns against 4096 ns transfers, evicted before any copy was written.
+/// `x` is pinned. Under a budget of four tensors, running `z` fits (`x`,
+/// `p`, `q`, `z`), but recomputing `q` needs five (`x`, `p` held for `z`,
+/// both halves and `q`).
+fn no_copies<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, TensorId) {
+    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
+    let config = Config::default()
+        .with_restore(restore)
+        .with_swap(SwapConfig {
+            bandwidth: 1e9,
+            host_memory: None,
+        })
+        .with_lock_relaxation(false);
+    let mut dtr = Interpreter::new(backend, config).unwrap();
+    let x = dtr.put(&values, &[N]).unwrap();
+    dtr.pin(x).unwrap();
+    dtr.set_budget_bytes(Some(100 * BYTES));
+    let p1 = exp(&mut dtr, x, 100);
+    let p = exp(&mut dtr, p1, 100);
+    let q1 = exp(&mut dtr, x, 100);
+    let q2 = exp(&mut dtr, x, 100);
+    let add = |dtr: &mut Interpreter<B>, a, b| {
+        dtr.apply_op_with_cost(Op::Binary(dtr::BinaryOp::Add), &[a, b], 100)
+            .unwrap()[0]
+    };
+    let q = add(&mut dtr, q1, q2);
+    let z = add(&mut dtr, p, q);
+    // 600 ns after the first op: no copy is written yet.
+    let made = [p1, p, q1, q2, q, z];
+    for &t in &made {
+        assert!(dtr.evict_now(t).unwrap());
+    }
+    for &t in &made[..5] {
+        dtr.del(t).unwrap();
+    }
+    assert_eq!(dtr.memory().in_use_bytes, BYTES, "only x is resident");
+    dtr.set_budget_bytes(Some(4 * BYTES));
+    (dtr, z)
+}
+
+#[test]
+fn a_recomputation_without_copies_parks_what_it_holds_in_host_memory() {
+    let (mut unbounded, z) = no_copies(CpuBackend::new(), RestoreMode::Drop);
+    unbounded.set_budget_bytes(None);
+    let expected = unbounded.get_value(z).unwrap();
+
+    // Dropping, `p` stays locked while `q` is recomputed: out of memory,
+    // with everything as it was.
+    let (mut dropping, z) = no_copies(CpuBackend::new(), RestoreMode::Drop);
+    let error = dropping.get_value(z).unwrap_err();
+    assert!(matches!(error, Error::OutOfMemory { .. }), "{error}");
+    dropping.check_invariants().unwrap();
+    assert_eq!(dropping.stats().swap_outs, 0);
+
+    // `hybrid` has no copy to retry from, so it parks: `p` gives up its
+    // lock and leaves by copy while `q` runs, then comes back by copy.
+    let (mut dtr, z) = no_copies(CpuBackend::new(), RestoreMode::Hybrid);
+    assert_eq!(dtr.get_value(z).unwrap(), expected);
+    let stats = dtr.stats();
+    assert!(stats.lock_relaxations >= 1, "{stats:?}");
+    assert!(stats.swap_outs >= 1 && stats.swap_ins >= 1, "{stats:?}");
+    assert!(dtr.memory().in_use_bytes <= 4 * BYTES);
+    dtr.check_invariants().unwrap();
+}

@@ -114,9 +114,12 @@ impl<B: Backend> Interpreter<B> {
                 continue;
             }
             if stuck && !held_back.is_empty() {
-                // The last resort: what was held back is a candidate again.
+                // The last resort: what was held back is a candidate again
+                // (under `swap` and `hybrid` one that leaves by copy: its
+                // recomputation could not fit).
                 guard = false;
                 for storage in held_back.drain(..) {
+                    self.leave_by_copy(storage);
                     self.table.refresh_candidacy(&self.graph, storage);
                 }
                 continue;

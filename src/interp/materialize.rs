@@ -56,13 +56,23 @@ impl<B: Backend> Interpreter<B> {
     ///
     /// Under `hybrid`, a rematerialisation that runs out of memory is tried
     /// once more restoring from host copies every input that has one (see
-    /// [`Self::may_retry_from_host_copies`]).
+    /// [`Self::may_retry_from_host_copies`]), and if that runs out too,
+    /// once more parking: the pending ops surrender their locks, and the
+    /// inputs evicted then leave by copy and come back by copy (see
+    /// [`Self::retry_surrendering`]). Runs that never met the error are
+    /// unchanged.
     pub(super) fn materialize(&mut self, root: NodeId, first_run: bool) -> Result<()> {
         match self.materialize_once(root, first_run) {
             Err(Error::OutOfMemory { .. }) if self.may_retry_from_host_copies() => {
                 tracing::debug!(target: "dtr::swap", "out of memory recomputing; trying again from host copies");
                 self.copies.prefer_host_copies = true;
-                let retried = self.materialize_once(root, first_run);
+                let mut retried = self.materialize_once(root, first_run);
+                if matches!(retried, Err(Error::OutOfMemory { .. })) {
+                    tracing::debug!(target: "dtr::swap", "out of memory again; parking the pending ops' inputs in host memory");
+                    self.copies.parking = true;
+                    retried = self.materialize_once(root, first_run);
+                    self.copies.parking = false;
+                }
                 self.copies.prefer_host_copies = false;
                 retried
             }
@@ -79,7 +89,16 @@ impl<B: Backend> Interpreter<B> {
                     stack.push(frame);
                 }
                 Some(Missing::SwapIn(storage)) => {
-                    if let Err(error) = self.swap_in(storage).and_then(|()| self.check_thrash()) {
+                    let swapped = match self.swap_in(storage) {
+                        Err(error @ Error::OutOfMemory { .. }) if self.relaxes_locks() => {
+                            let node = stack[top].node;
+                            self.retry_surrendering(node, &mut stack, error, |dtr| {
+                                dtr.swap_in(storage)
+                            })
+                        }
+                        other => other,
+                    };
+                    if let Err(error) = swapped.and_then(|()| self.check_thrash()) {
                         for frame in stack.iter_mut().rev() {
                             self.release(frame);
                         }
@@ -153,15 +172,42 @@ impl<B: Backend> Interpreter<B> {
             return self.run_node(node, rematerializing, outputs);
         }
         let error = match self.run_node(node, rematerializing, None) {
-            Err(error @ Error::OutOfMemory { .. }) if self.config.lock_relaxation => error,
+            Err(error @ Error::OutOfMemory { .. }) if self.relaxes_locks() => error,
             other => return other,
         };
+        self.retry_surrendering(node, pending, error, |dtr| {
+            dtr.run_node(node, rematerializing, None)
+        })
+    }
+
+    /// Whether a pending frame's locks may be surrendered when the op on
+    /// top cannot get room: under lock relaxation, or while parking.
+    fn relaxes_locks(&self) -> bool {
+        self.config.lock_relaxation || self.copies.parking
+    }
+
+    /// Surrenders the `pending` frames' locks (but on inputs a frame lost
+    /// before) and runs `retry` once; fails with `error` if there was
+    /// nothing to surrender. While parking, a surrendered input that is
+    /// evicted leaves by copy. Afterwards the surrendered inputs still
+    /// resident are locked again; the evicted ones are lost to their
+    /// frames, which will restore them.
+    fn retry_surrendering(
+        &mut self,
+        node: NodeId,
+        pending: &mut [Frame],
+        error: Error,
+        retry: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
         let mut surrendered = Vec::new();
         for (f, frame) in pending.iter_mut().enumerate() {
             for i in 0..frame.locked.len() {
                 if frame.locked[i] && !frame.lost[i] {
                     frame.locked[i] = false;
                     let storage = self.input_storage(frame.node, i);
+                    if self.copies.parking {
+                        self.leave_by_copy(storage);
+                    }
                     self.table.unlock(&self.graph, storage);
                     surrendered.push((f, i));
                 }
@@ -175,7 +221,7 @@ impl<B: Backend> Interpreter<B> {
             surrendered: surrendered.len(),
         };
         self.observers.notify(&event, &self.graph);
-        let result = self.run_node(node, rematerializing, None);
+        let result = retry(self);
         for (f, i) in surrendered {
             let frame = &mut pending[f];
             let storage = self.input_storage(frame.node, i);
@@ -451,6 +497,7 @@ impl<B: Backend> Interpreter<B> {
                 self.queue_write_back(storage);
                 if rematerializing {
                     self.heuristic.on_rematerialize(storage, &self.graph);
+                    self.note_restored(storage);
                 } else {
                     self.heuristic.on_graph_change(storage, &self.graph);
                 }

@@ -90,6 +90,15 @@ pub(super) struct CopyQueue {
     /// Set while a rematerialisation that ran out of memory is retried
     /// restoring every storage with a host copy from it.
     pub(super) prefer_host_copies: bool,
+    /// Set while such a rematerialisation, out of memory again, is retried
+    /// with the pending ops' locks surrendered, the inputs evicted then
+    /// leaving by copy.
+    pub(super) parking: bool,
+    /// Storages whose recomputation could not fit (held back by the guard
+    /// until nothing else was left, or parked): each leaves by copy the
+    /// next time it is evicted, and comes back by copy, whatever the
+    /// estimates say.
+    by_copy: SecondaryMap<StorageId, ()>,
 }
 
 impl CopyQueue {
@@ -99,6 +108,7 @@ impl CopyQueue {
             self.unlist(born);
         }
         self.unread.remove(storage);
+        self.by_copy.remove(storage);
     }
 
     /// Takes the storage made `born`th off the lists prefetch reads.
@@ -128,6 +138,21 @@ impl<B: Backend> Interpreter<B> {
     /// whole chain of inputs at once.
     pub(super) fn may_retry_from_host_copies(&self) -> bool {
         self.config.restore == RestoreMode::Hybrid && !self.copies.prefer_host_copies
+    }
+
+    /// Under `swap` and `hybrid`, `storage`'s recomputation could not fit
+    /// (see [`CopyQueue::by_copy`]): the next time it is evicted it leaves
+    /// by copy, the clock waiting for the copy to be written, and it comes
+    /// back by copy, with no chain of recomputations behind it.
+    pub(super) fn leave_by_copy(&mut self, storage: StorageId) {
+        if self.swapping() && self.graph.storages[storage].recomputable {
+            self.copies.by_copy.insert(storage, ());
+        }
+    }
+
+    /// `storage` is resident again, by copy or by recomputation.
+    pub(super) fn note_restored(&mut self, storage: StorageId) {
+        self.copies.by_copy.remove(storage);
     }
 
     /// Whether some prefetched storage has not been read yet.
@@ -255,6 +280,7 @@ impl<B: Backend> Interpreter<B> {
         let pays = match self.config.restore {
             RestoreMode::Drop => false,
             RestoreMode::Swap => true,
+            RestoreMode::Hybrid if self.copies.by_copy.contains_key(storage) => true,
             RestoreMode::Hybrid => {
                 (end - now).saturating_add(transfer) < self.recompute_estimate(storage)
             }
@@ -288,6 +314,7 @@ impl<B: Backend> Interpreter<B> {
             RestoreMode::Swap => true,
             // Retrying a rematerialisation that ran out of memory: every copy.
             RestoreMode::Hybrid if self.copies.prefer_host_copies => true,
+            RestoreMode::Hybrid if self.copies.by_copy.contains_key(storage) => true,
             RestoreMode::Hybrid => {
                 let bytes = self.graph.storages[storage].bytes;
                 self.config.swap.transfer_cost(bytes) <= self.recompute_estimate(storage)
@@ -323,6 +350,7 @@ impl<B: Backend> Interpreter<B> {
         self.copies.to_device_until = end;
         self.stall_until(end);
         self.graph.tensors[root].defined = true;
+        self.note_restored(storage);
         self.heuristic.on_rematerialize(storage, &self.graph);
         let event = RunEvent::SwappedIn { storage, bytes };
         self.observers.notify(&event, &self.graph);
@@ -474,6 +502,7 @@ impl<B: Backend> Interpreter<B> {
         self.copies.to_device_until = end;
         self.copies.unread.insert(storage, end);
         self.graph.tensors[root].defined = true;
+        self.note_restored(storage);
         self.heuristic.on_rematerialize(storage, &self.graph);
         let event = RunEvent::Prefetched {
             storage,
