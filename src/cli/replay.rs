@@ -300,6 +300,8 @@ impl Finished<'_> {
             "peak_bytes": report.peak_bytes,
             "evictions": report.stats.evictions,
             "rematerializations": report.stats.rematerializations,
+            "lock_relaxations": report.stats.lock_relaxations,
+            "outputs_reserved_first": report.stats.outputs_reserved_first,
             "restore": spec.restore,
             "swap_outs": report.stats.swap_outs,
             "swap_ins": report.stats.swap_ins,
