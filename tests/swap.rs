@@ -574,26 +574,41 @@ fn a_near_full_budget_completes_by_swapping_constants() {
     }
 }
 
+/// An interpreter at 1 GB/s whose pending ops never surrender their locks
+/// (surrendering held inputs could let recomputation fit in the graphs
+/// below, at the price of recomputing them again), with `host_memory`, and
+/// its input `x` of `N` values, put before a roomy budget of 100 tensors.
+fn unlocking_nothing<B: Backend>(
+    backend: B,
+    restore: RestoreMode,
+    host_memory: Option<u64>,
+) -> (Interpreter<B>, TensorId) {
+    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
+    let config = Config::default()
+        .with_restore(restore)
+        .with_swap(SwapConfig {
+            bandwidth: 1e9,
+            host_memory,
+        })
+        .with_lock_relaxation(false);
+    let mut dtr = Interpreter::new(backend, config).unwrap();
+    let x = dtr.put(&values, &[N]).unwrap();
+    dtr.set_budget_bytes(Some(100 * BYTES));
+    (dtr, x)
+}
+
+fn add<B: Backend>(dtr: &mut Interpreter<B>, a: TensorId, b: TensorId) -> TensorId {
+    dtr.apply_op_with_cost(Op::Binary(dtr::BinaryOp::Add), &[a, b], 100)
+        .unwrap()[0]
+}
+
 /// `z = p + q` where `p = exp(exp(x))` and `q = exp(exp(x)) + exp(exp(x))`,
 /// every op 100 ns against 4096 ns transfers, so `hybrid` would recompute.
 /// Made under a roomy budget, written back, then evicted; `x` stays (put
 /// before the budget, never copied: host memory holds only the eight op
 /// outputs). Returns `z` and its value.
 fn diamond<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, TensorId) {
-    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
-    let config = Config::default()
-        .with_restore(restore)
-        .with_swap(SwapConfig {
-            bandwidth: 1e9,
-            host_memory: Some(8 * BYTES),
-        })
-        // Surrendering held inputs could let recomputation fit here, at the
-        // price of recomputing them again; off, recomputing needs five
-        // tensors of room.
-        .with_lock_relaxation(false);
-    let mut dtr = Interpreter::new(backend, config).unwrap();
-    let x = dtr.put(&values, &[N]).unwrap();
-    dtr.set_budget_bytes(Some(100 * BYTES));
+    let (mut dtr, x) = unlocking_nothing(backend, restore, Some(8 * BYTES));
     let twice = |dtr: &mut Interpreter<B>| {
         let first = exp(dtr, x, 100);
         (first, exp(dtr, first, 100))
@@ -601,10 +616,6 @@ fn diamond<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, Ten
     let (p1, p) = twice(&mut dtr);
     let (q1a, q1) = twice(&mut dtr);
     let (q2a, q2) = twice(&mut dtr);
-    let add = |dtr: &mut Interpreter<B>, a, b| {
-        dtr.apply_op_with_cost(Op::Binary(dtr::BinaryOp::Add), &[a, b], 100)
-            .unwrap()[0]
-    };
     let q = add(&mut dtr, q1, q2);
     let z = add(&mut dtr, p, q);
     // A long op lets the queue finish writing the eight back.
@@ -653,26 +664,12 @@ fn a_recomputation_that_cannot_fit_is_retried_from_host_copies() {
 /// `p`, `q`, `z`), but recomputing `q` needs five (`x`, `p` held for `z`,
 /// both halves and `q`).
 fn no_copies<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, TensorId) {
-    let values: Vec<f32> = (0..N).map(|i| (i as f32) / N as f32 - 0.5).collect();
-    let config = Config::default()
-        .with_restore(restore)
-        .with_swap(SwapConfig {
-            bandwidth: 1e9,
-            host_memory: None,
-        })
-        .with_lock_relaxation(false);
-    let mut dtr = Interpreter::new(backend, config).unwrap();
-    let x = dtr.put(&values, &[N]).unwrap();
+    let (mut dtr, x) = unlocking_nothing(backend, restore, None);
     dtr.pin(x).unwrap();
-    dtr.set_budget_bytes(Some(100 * BYTES));
     let p1 = exp(&mut dtr, x, 100);
     let p = exp(&mut dtr, p1, 100);
     let q1 = exp(&mut dtr, x, 100);
     let q2 = exp(&mut dtr, x, 100);
-    let add = |dtr: &mut Interpreter<B>, a, b| {
-        dtr.apply_op_with_cost(Op::Binary(dtr::BinaryOp::Add), &[a, b], 100)
-            .unwrap()[0]
-    };
     let q = add(&mut dtr, q1, q2);
     let z = add(&mut dtr, p, q);
     // 600 ns after the first op: no copy is written yet.
