@@ -597,6 +597,18 @@ fn unlocking_nothing<B: Backend>(
     (dtr, x)
 }
 
+/// Evicts every tensor of `made` and drops the handles of all but the
+/// last: only the input is left resident.
+fn evict_keeping_the_last<B: Backend>(dtr: &mut Interpreter<B>, made: &[TensorId]) {
+    for &t in made {
+        assert!(dtr.evict_now(t).unwrap());
+    }
+    for &t in &made[..made.len() - 1] {
+        dtr.del(t).unwrap();
+    }
+    assert_eq!(dtr.memory().in_use_bytes, BYTES, "only x is resident");
+}
+
 fn add<B: Backend>(dtr: &mut Interpreter<B>, a: TensorId, b: TensorId) -> TensorId {
     dtr.apply_op_with_cost(Op::Binary(dtr::BinaryOp::Add), &[a, b], 100)
         .unwrap()[0]
@@ -624,13 +636,7 @@ fn diamond<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, Ten
     let made = [p1, p, q1a, q1, q2a, q2, q, z];
     // Room for x alone until the end, so nothing is prefetched meanwhile.
     dtr.set_budget_bytes(Some(BYTES));
-    for &t in &made {
-        assert!(dtr.evict_now(t).unwrap());
-    }
-    for &t in &made[..7] {
-        dtr.del(t).unwrap();
-    }
-    assert_eq!(dtr.memory().in_use_bytes, BYTES, "only x is resident");
+    evict_keeping_the_last(&mut dtr, &made);
     // Room for x and three more: copying p and q back and running `p + q`
     // fits; recomputing needs four more at once (p, q1, q2a and q2 while
     // q2 runs), since `p` and `q1` stay locked while `q2`'s chain runs.
@@ -638,17 +644,26 @@ fn diamond<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, Ten
     (dtr, z)
 }
 
-#[test]
-fn a_recomputation_that_cannot_fit_is_retried_from_host_copies() {
-    let (mut unbounded, z) = diamond(CpuBackend::new(), RestoreMode::Drop);
+/// The value of the tensor that `make` returns, unbounded; under its
+/// budget, dropping cannot restore it: an out-of-memory error that leaves
+/// everything as it was.
+fn unbounded_value_that_dropping_cannot_restore(
+    make: fn(CpuBackend, RestoreMode) -> (Interpreter<CpuBackend>, TensorId),
+) -> Vec<f32> {
+    let (mut unbounded, z) = make(CpuBackend::new(), RestoreMode::Drop);
     unbounded.set_budget_bytes(None);
     let expected = unbounded.get_value(z).unwrap();
-
-    // Dropping, nothing can restore it: an error that leaves all as it was.
-    let (mut dropping, z) = diamond(CpuBackend::new(), RestoreMode::Drop);
+    let (mut dropping, z) = make(CpuBackend::new(), RestoreMode::Drop);
     let error = dropping.get_value(z).unwrap_err();
     assert!(matches!(error, Error::OutOfMemory { .. }), "{error}");
     dropping.check_invariants().unwrap();
+    assert_eq!(dropping.stats().swap_outs, 0);
+    expected
+}
+
+#[test]
+fn a_recomputation_that_cannot_fit_is_retried_from_host_copies() {
+    let expected = unbounded_value_that_dropping_cannot_restore(diamond);
 
     let (mut dtr, z) = diamond(CpuBackend::new(), RestoreMode::Hybrid);
     assert_eq!(dtr.get_value(z).unwrap(), expected);
@@ -674,30 +689,15 @@ fn no_copies<B: Backend>(backend: B, restore: RestoreMode) -> (Interpreter<B>, T
     let z = add(&mut dtr, p, q);
     // 600 ns after the first op: no copy is written yet.
     let made = [p1, p, q1, q2, q, z];
-    for &t in &made {
-        assert!(dtr.evict_now(t).unwrap());
-    }
-    for &t in &made[..5] {
-        dtr.del(t).unwrap();
-    }
-    assert_eq!(dtr.memory().in_use_bytes, BYTES, "only x is resident");
+    evict_keeping_the_last(&mut dtr, &made);
     dtr.set_budget_bytes(Some(4 * BYTES));
     (dtr, z)
 }
 
 #[test]
 fn a_recomputation_without_copies_parks_what_it_holds_in_host_memory() {
-    let (mut unbounded, z) = no_copies(CpuBackend::new(), RestoreMode::Drop);
-    unbounded.set_budget_bytes(None);
-    let expected = unbounded.get_value(z).unwrap();
-
-    // Dropping, `p` stays locked while `q` is recomputed: out of memory,
-    // with everything as it was.
-    let (mut dropping, z) = no_copies(CpuBackend::new(), RestoreMode::Drop);
-    let error = dropping.get_value(z).unwrap_err();
-    assert!(matches!(error, Error::OutOfMemory { .. }), "{error}");
-    dropping.check_invariants().unwrap();
-    assert_eq!(dropping.stats().swap_outs, 0);
+    // Dropping, `p` stays locked while `q` is recomputed.
+    let expected = unbounded_value_that_dropping_cannot_restore(no_copies);
 
     // `hybrid` has no copy to retry from, so it parks: `p` gives up its
     // lock and leaves by copy while `q` runs, then comes back by copy.
