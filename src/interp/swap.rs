@@ -27,6 +27,12 @@
 //! - **Swap-in.** Bringing a storage back waits for its transfer (after the
 //!   one in flight to the device; a prefetch under way gives way to it):
 //!   the clock stalls.
+//! - **Parking.** Under `hybrid`, a rematerialisation that runs out of
+//!   memory even restoring from host copies is tried once more with the
+//!   pending ops' locks surrendered; a storage evicted then, or one the
+//!   rematerialisation guard held back until nothing else was left, leaves
+//!   by copy (the clock waits) and comes back by copy: its recomputation
+//!   could not fit.
 //! - **Prefetch.** When the to-device queue is idle and memory has room,
 //!   the most recently made storage evicted with a host copy is copied
 //!   back ahead of need; only an op that reads it before the copy ends
