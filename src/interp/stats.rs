@@ -20,7 +20,8 @@ pub struct Stats {
     /// Storages evicted because the user dropped their last handle.
     pub eager_evictions: u64,
     /// Ops that got room only by evicting inputs locked by pending
-    /// rematerialisations (see [`crate::Config::lock_relaxation`]).
+    /// rematerialisations (see [`crate::Config::lock_relaxation`]; under
+    /// `hybrid` also parking, which sends those inputs to host memory).
     pub lock_relaxations: u64,
     /// Ops that fragmentation in an arena left without room, tried again
     /// with their outputs' blocks reserved before their inputs were
