@@ -224,6 +224,43 @@ def test_out_of_memory_names_the_op_and_a_retry_succeeds():
     assert session.stats()["peak_bytes"] <= 8 * MiB
 
 
+def test_an_out_of_memory_caught_inside_the_budget_leaves_it_usable():
+    # The retry-with-a-smaller-batch pattern: the op that ran out of memory
+    # made an output the program never gets, and when that dies the session
+    # must not hand the engine a tensor it never made.
+    import gc
+
+    torch.manual_seed(0)
+    x = torch.randn(N)
+    expected = (x * 2 + 1) * 3
+    with dtr_torch.budget(5 * MiB) as session:
+        a = x * 2
+        b = a + 1
+        with pytest.raises(dtr.OutOfMemory):
+            torch.cat([a, b, b + 1])  # 3 MiB more than fits
+        gc.collect()  # the output no one got dies here
+        got = b * 3
+        session.check()
+    assert torch.equal(got, expected)
+
+
+def test_an_out_of_memory_copying_shared_memory_leaves_the_budget_usable():
+    # The same where the error comes while copying memory the host shares
+    # (`torch.from_numpy`), before the op's outputs are handed over.
+    import gc
+
+    import numpy as np
+
+    x = torch.from_numpy(np.ones(N, dtype=np.float32))
+    with dtr_torch.budget(int(1.5 * MiB)) as session:
+        with pytest.raises(dtr.OutOfMemory):
+            x * 2  # x (1 MiB) and its copy do not fit together
+        gc.collect()
+        got = torch.ones(N // 4) * 3
+        session.check()
+    assert torch.equal(got, torch.full((N // 4,), 3.0))
+
+
 @pytest.mark.parametrize("limit", [None, 5 * MiB])
 def test_an_in_place_op_that_raises_leaves_its_operand_usable(limit):
     # The op fails before writing; the program catches the error and goes on

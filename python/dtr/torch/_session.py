@@ -618,7 +618,7 @@ class Session:
             # written only by ops the session sees (the optimiser's), and a
             # copy of each would hold every weight twice.
             slot.shared = not (storage.resizable() or isinstance(tensor, _Parameter))
-            self._adopt(slot, op, "adopting a tensor made outside dtr")
+            self._adopt_new(slot, op, "adopting a tensor made outside dtr")
             if tensor.requires_grad and tensor.is_leaf:
                 self._grad_hooks.append(tensor.register_post_accumulate_grad_hook(self._pin_grad))
         return slot
@@ -648,6 +648,17 @@ class Session:
         slot.readers = None
         slot.handle = self._engine_call(self._engine.adopt, op, what, slot.nbytes, slot.buf)
         self._slot_of_handle[slot.handle] = slot
+
+    def _adopt_new(self, slot: _Slot, op: str, what: str) -> None:
+        """`_adopt` for a slot just made by `_new_slot`: if the engine
+        refuses it (out of memory), the slot is forgotten, so that neither a
+        later lookup nor the storage's death reaches a tensor the engine never
+        made."""
+        try:
+            self._adopt(slot, op, what)
+        except BaseException:
+            self._forget_new_slot(slot)
+            raise
 
     def _readopt(self, slot: _Slot, nbytes: int, op: str) -> int:
         """A constant's storage changed size in place: the engine adopts it
@@ -702,6 +713,14 @@ class Session:
         self._slots[slot.key] = slot
         return slot
 
+    def _forget_new_slot(self, slot: _Slot) -> None:
+        """Undoes `_new_slot` for a slot the engine never took: off the
+        table, and its death callback disarmed (a weak reference that dies
+        first never calls back)."""
+        if self._slots.get(slot.key) is slot:
+            del self._slots[slot.key]
+        slot.ref = None
+
     def _drain(self) -> None:
         """Hands dead storages to the engine (freed, or kept as history) and
         drops the records of calls the engine freed, which may free more."""
@@ -732,7 +751,7 @@ class Session:
             return slot.copy
         copy = storage.clone()
         copy_slot = self._new_slot(copy)
-        self._adopt(copy_slot, op, "copying memory the host shares")
+        self._adopt_new(copy_slot, op, "copying memory the host shares")
         slot.copy, slot.copy_storage = copy_slot, copy
         return copy_slot
 
@@ -1081,9 +1100,14 @@ class Session:
             recomputable = False
         if recomputable and self._recording:
             # A re-run reads what shared memory held when the op ran.
-            for index, slot in enumerate(inputs):
-                if slot.shared and slot not in constants_written:
-                    inputs[index] = self._copy_of(slot, info.name)
+            try:
+                for index, slot in enumerate(inputs):
+                    if slot.shared and slot not in constants_written:
+                        inputs[index] = self._copy_of(slot, info.name)
+            except BaseException:
+                for slot in fresh:  # never tracked: the caller gets no result
+                    self._forget_new_slot(slot)
+                raise
 
         if versioned:
             new_versions = [_Buf(slot) for slot in versioned]
@@ -1120,8 +1144,7 @@ class Session:
             )
         except BaseException as error:
             for slot in fresh:  # never tracked: the caller gets no result
-                if slots.get(slot.key) is slot:
-                    del slots[slot.key]
+                self._forget_new_slot(slot)
             if isinstance(error, _native.OutOfMemoryError):
                 raise self._out_of_memory(error, info.name, "making room for its outputs") \
                     from None
