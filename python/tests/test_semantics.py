@@ -119,6 +119,29 @@ def test_rrelu_noise_counts_as_written_whatever_its_schema_says():
     assert any(w is noise for w in info.written((x, noise, 0.1, 0.3), {"training": True}))
 
 
+@pytest.mark.parametrize("stats_inside", [False, True])
+def test_batch_norm_update_stats_updates_the_running_statistics_once(stats_inside):
+    # `torch.batch_norm_update_stats` writes `running_mean` and `running_var`,
+    # which its schema does not mark: unmarked, a recomputation of its outputs
+    # updated them again (or, made inside the budget, lost the update).
+    def program(outside):
+        running = (torch.zeros(64) * 1, torch.ones(64) * 1) if stats_inside else outside
+        x = torch.randn(4096, 64)  # 1 MiB
+        mean, var = torch.batch_norm_update_stats(x, *running, 0.1)
+        filler = chain(x.flatten(), 10)  # pushes the outputs out
+        return [*running, (mean + var).sum() + filler[-1].sum()]
+
+    torch.manual_seed(0)
+    expected = program((torch.zeros(64), torch.ones(64)))
+    torch.manual_seed(0)
+    outside = (torch.zeros(64), torch.ones(64))
+    with dtr_torch.budget(3 * MiB, heuristic="lru") as session:
+        actual = program(outside)
+    assert session.stats()["rematerializations"] > 0
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+
+
 def test_multi_output_ops_restore_every_output():
     torch.manual_seed(0)
     x = torch.randn(512, 512)

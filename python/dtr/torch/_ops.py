@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -12,12 +12,16 @@ aten = torch.ops.aten
 # norm its running statistics (`Tensor? running_mean`, no `(a!)`), and, in
 # PyTorch 2.4, `rrelu_with_noise` the noise it draws (newer schemas say
 # `Tensor(b!) noise`). The written positions, and the position
-# of `training`, which must be true for the write to happen.
-_HIDDEN_WRITES: Dict[str, Tuple[Tuple[int, ...], int]] = {
+# of `training`, which must be true for the write to happen (None: always).
+_HIDDEN_WRITES: Dict[str, Tuple[Tuple[int, ...], Optional[int]]] = {
     "aten::native_batch_norm": ((3, 4), 5),
     "aten::cudnn_batch_norm": ((3, 4), 5),
     "aten::miopen_batch_norm": ((3, 4), 5),
     "aten::rrelu_with_noise": ((1,), 4),
+    # `torch.batch_norm_update_stats`, and SyncBatchNorm's statistics (CUDA).
+    "aten::batch_norm_update_stats": ((1, 2), None),
+    "aten::batch_norm_gather_stats": ((3, 4), None),
+    "aten::batch_norm_gather_stats_with_counts": ((3, 4), None),
 }
 
 # Ops whose fresh outputs do not depend on the constants they update (batch
@@ -30,6 +34,9 @@ _SIDE_EFFECT_ONLY_WRITES = {
     "aten::miopen_batch_norm",
     "aten::_native_batch_norm_legit",
     "aten::_batch_norm_with_update",
+    "aten::batch_norm_update_stats",
+    "aten::batch_norm_gather_stats",
+    "aten::batch_norm_gather_stats_with_counts",
 }
 
 
@@ -48,10 +55,11 @@ class OpInfo:
             for position, arg in enumerate(schema.arguments)
             if arg.alias_info is not None and arg.alias_info.is_write
         )
-        hidden = _HIDDEN_WRITES.get(schema.name)
-        self.hidden_writes = hidden[0] if hidden else ()
-        self.training_arg = hidden[1] if hidden else -1
-        self.training_name = schema.arguments[hidden[1]].name if hidden else ""
+        positions, training = _HIDDEN_WRITES.get(schema.name, ((), None))
+        # (position, name) of every argument written unannounced.
+        self.hidden_writes = tuple((p, schema.arguments[p].name) for p in positions)
+        self.training_arg = training
+        self.training_name = schema.arguments[training].name if training is not None else ""
         tags = getattr(func, "tags", ())
         self.seeded = torch.Tag.nondeterministic_seeded in tags
         self.nondeterministic = torch.Tag.nondeterministic_bitwise in tags
@@ -66,10 +74,12 @@ class OpInfo:
             elif name in kwargs:
                 found.append(kwargs[name])
         if self.hidden_writes:
-            training = (args[self.training_arg] if len(args) > self.training_arg
+            training = (True if self.training_arg is None
+                        else args[self.training_arg] if len(args) > self.training_arg
                         else kwargs.get(self.training_name, False))
             if training:
-                found.extend(args[p] for p in self.hidden_writes if p < len(args))
+                found.extend(args[p] if p < len(args) else kwargs.get(name)
+                             for p, name in self.hidden_writes)
         return found
 
 
