@@ -142,6 +142,54 @@ def test_batch_norm_update_stats_updates_the_running_statistics_once(stats_insid
     assert all(checks), checks
 
 
+def test_a_recomputation_runs_under_the_default_dtype_of_the_first_run():
+    # `torch.randn(n)` reaches ATen with no dtype: the kernel makes the
+    # default dtype of the moment. Recomputed after the program changed it,
+    # it made float32 bytes under float64 metadata (wrong values, or reads
+    # past the end of the storage).
+    def program():
+        torch.set_default_dtype(torch.float64)
+        try:
+            x = torch.randn(N // 2)  # 1 MiB of float64
+        finally:
+            torch.set_default_dtype(torch.float32)
+        filler = chain(x.float(), 10)  # pushes x out
+        return [x.sum(), (x * 2)[:4], filler[-1].sum()]
+
+    torch.manual_seed(0)
+    expected = program()
+    torch.manual_seed(0)
+    with dtr_torch.budget(3 * MiB, heuristic="lru") as session:
+        actual = program()
+    assert session.stats()["rematerializations"] > 0
+    assert torch.get_default_dtype() == torch.float32
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+
+
+def test_a_recomputation_runs_under_the_backend_switches_of_the_first_run():
+    # A convolution first run with oneDNN off, recomputed after the block
+    # with it on, came back from the other kernel, its last bits different.
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+    x0 = torch.randn(8, 16, 32, 32)  # 512 KiB
+
+    def program():
+        x = x0 * 1
+        with torch.backends.mkldnn.flags(enabled=False):
+            y = conv(x)
+        filler = chain(x.flatten(), 12)  # pushes y out
+        return [y.detach() * 1, filler[-1].sum()]
+
+    expected = program()
+    with dtr_torch.budget(4 * MiB, heuristic="lru") as session:
+        actual = program()
+    assert session.stats()["rematerializations"] > 0
+    assert torch.backends.mkldnn.enabled
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+
+
 def test_multi_output_ops_restore_every_output():
     torch.manual_seed(0)
     x = torch.randn(512, 512)

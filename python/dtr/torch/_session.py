@@ -48,6 +48,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 from .. import OutOfMemory, _native
+from . import _settings
 from ._ops import _INFO, op_info
 
 _Tensor = torch.Tensor
@@ -150,7 +151,7 @@ class _Call:
     :class:`_Arg`, where each engine output comes from, and its RNG state."""
 
     __slots__ = ("func", "args", "kwargs", "sources", "slots", "handles",
-                 "rng", "copied_inputs", "scratch_inputs", "keep", "live", "grad_mode")
+                 "rng", "copied_inputs", "scratch_inputs", "keep", "live", "settings")
 
     def __init__(self, func, args, kwargs, sources, slots, copied_inputs, scratch_inputs, rng):
         self.func = func
@@ -168,9 +169,10 @@ class _Call:
         # its memory stays while a call that may re-run reads it.
         self.keep: List[torch.UntypedStorage] = []
         self.live = True
-        # Some kernels read grad mode (mkldnn's RNN returns its workspace
-        # only with it on): a re-run sees what the first run saw.
-        self.grad_mode = torch.is_grad_enabled()
+        # Kernels read grad mode (mkldnn's RNN returns its workspace only
+        # with it on), the default dtype and backend switches: a re-run
+        # sees what the first run saw.
+        self.settings = _settings.current()
 
 
 def _is_index(tensor: _Tensor) -> bool:
@@ -875,7 +877,7 @@ class Session:
             storages[index] = storages[index].clone()
         args = _rebuild(call.args, storages)
         kwargs = {name: _rebuild(value, storages) for name, value in call.kwargs.items()}
-        with torch.set_grad_enabled(call.grad_mode):
+        with _settings.restored(call.settings):
             if call.rng is None:
                 result = call.func(*args, **kwargs)
             else:
@@ -898,6 +900,10 @@ class Session:
             if target is None:
                 outputs.append(fresh)
                 continue
+            if fresh.nbytes() != slot.nbytes:
+                raise RuntimeError(
+                    f"dtr: recomputing {call.func} made {fresh.nbytes()} bytes where its "
+                    f"first run made {slot.nbytes}")
             if _SWAPS_DATA_PTR and target.nbytes() == 0 and fresh.nbytes() == slot.nbytes:
                 target._swap_data_ptr_(fresh)
             else:
