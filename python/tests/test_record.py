@@ -297,6 +297,31 @@ def test_command_line_records_a_torchvision_model(tmp_path):
     assert "aten.convolution.default" in ops and "aten.convolution_backward.default" in ops
 
 
+def test_command_line_records_a_model_with_auxiliary_heads(tmp_path):
+    # GoogLeNet returns a named tuple in training: every head counts.
+    pytest.importorskip("torchvision", reason="torchvision is not installed")
+    out = tmp_path / "googlenet.jsonl"
+    result = run_cli("--model", "torchvision:googlenet", "--batch", "2", "--image", "64",
+                     "--classes", "10", "--warmup", "0", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    modules = {e.get("module", "") for e in applies(read(out))}
+    assert any(m.startswith("GoogLeNet.aux1.") for m in modules), sorted(modules)[:20]
+
+
+def test_command_line_records_an_encoder_decoder_language_model(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    out = tmp_path / "t5.jsonl"
+    result = run_cli("--model", "transformers:t5", "--config",
+                     "num_layers=1,num_decoder_layers=1,d_model=32,d_ff=64,num_heads=2,"
+                     "d_kv=16,vocab_size=128", "--batch", "2", "--seq", "16",
+                     "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    modules = {e.get("module", "") for e in applies(read(out))}
+    assert any(".decoder." in m for m in modules), sorted(modules)[:20]
+    report = replay(out, 0.8)
+    assert report["status"] == "ok", report
+
+
 def test_command_line_records_the_bench_lstm_language_model(tmp_path):
     out = tmp_path / "lstm.jsonl"
     result = run_cli("--model", "bench:lstm", "--quick", "--out", str(out))

@@ -189,8 +189,8 @@ struct Foresight {
     /// The program's time before each event: the summed costs of the ops
     /// before it.
     time: Vec<u64>,
-    /// The events that read each tensor (as an op's input, a get or a pin),
-    /// in order, and how many of them have run.
+    /// The events that read each tensor (as an op's input, a get, a pin or
+    /// a detach), in order, and how many of them have run.
     reads: Vec<Vec<u32>>,
     done: Vec<u32>,
 }
@@ -209,7 +209,11 @@ impl Foresight {
                     }
                     now = now.saturating_add(apply.cost);
                 }
-                TraceEvent::Get { tensor } | TraceEvent::Pin { tensor } => {
+                // A detach needs its tensor's value too: an evicted one is
+                // rematerialised first.
+                TraceEvent::Get { tensor }
+                | TraceEvent::Pin { tensor }
+                | TraceEvent::Detach { tensor } => {
                     reads[*tensor as usize].push(index as u32);
                 }
                 _ => {}
@@ -246,7 +250,8 @@ impl Foresight {
             }
             TraceEvent::Put { tensor, .. }
             | TraceEvent::Get { tensor }
-            | TraceEvent::Pin { tensor } => advance(*tensor),
+            | TraceEvent::Pin { tensor }
+            | TraceEvent::Detach { tensor } => advance(*tensor),
             _ => {}
         }
     }

@@ -5,10 +5,12 @@ steps so optimizer state exists as in steady state, then records ``--steps``
 steps into a dtr trace with :func:`dtr.torch.record`; replay it with
 ``dtr replay``. Models:
 
-  torchvision:NAME      an image classifier (random weights), on random images
+  torchvision:NAME      an image classifier (random weights), on random images;
+                        auxiliary heads (GoogLeNet, Inception v3) count in the loss
   transformers:NAME     a model built from ``transformers.AutoConfig.for_model(NAME)``
                         with ``--config key=value,...`` overrides, on random tokens;
-                        a causal or masked language-model head when NAME has one
+                        a causal, masked or sequence-to-sequence language-model
+                        head when NAME has one (labels = the tokens)
   bench:NAME            a workload of ``python -m dtr.torch.bench`` (resnet50, gpt2,
                         lstm) with its own sizes, batch and optimizer (``--quick``:
                         its tiny sizes); ``--batch``, ``--optimizer`` and ``--lr`` do
@@ -50,6 +52,21 @@ def parse_overrides(text: str) -> Dict[str, object]:
     return overrides
 
 
+def classification_loss(outputs, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the logits; models with auxiliary heads in training
+    (GoogLeNet, Inception v3 return named tuples) add each head's, weighted
+    0.3 as in GoogLeNet's paper."""
+    if isinstance(outputs, torch.Tensor):
+        return torch.nn.functional.cross_entropy(outputs, labels)
+    heads = [head for head in outputs if isinstance(head, torch.Tensor)]
+    if not heads:
+        raise SystemExit(f"the model returned a {type(outputs).__name__} with no tensor in it")
+    loss = torch.nn.functional.cross_entropy(heads[0], labels)
+    for head in heads[1:]:
+        loss = loss + 0.3 * torch.nn.functional.cross_entropy(head, labels)
+    return loss
+
+
 def image_model(spec: str, args) -> Tuple[torch.nn.Module, Step]:
     source, _, name = spec.partition(":")
     if source == "torchvision":
@@ -77,7 +94,7 @@ def image_model(spec: str, args) -> Tuple[torch.nn.Module, Step]:
                              generator=generator)
         labels = torch.randint(0, args.classes, (args.batch,), device=args.device,
                                generator=generator)
-        return torch.nn.functional.cross_entropy(model(images), labels)
+        return classification_loss(model(images), labels)
 
     return model, step
 
@@ -93,7 +110,8 @@ def transformers_model(name: str, args) -> Tuple[torch.nn.Module, Step]:
     except ValueError as error:
         raise SystemExit(f"--model transformers:{name}: {error}")
     model = None
-    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM,
+                 transformers.AutoModelForSeq2SeqLM):
         try:
             model = auto.from_config(config)
             break
@@ -103,6 +121,12 @@ def transformers_model(name: str, args) -> Tuple[torch.nn.Module, Step]:
     if model is None:
         model = transformers.AutoModel.from_config(config)
     model = model.to(args.device)
+    if (getattr(model.config, "is_encoder_decoder", False)
+            and getattr(model.config, "decoder_start_token_id", None) is None):
+        # A bare config leaves it unset (pretrained T5 checkpoints use the
+        # padding token): the decoder's inputs are the labels shifted right.
+        pad = getattr(model.config, "pad_token_id", None)
+        model.config.decoder_start_token_id = pad if pad is not None else 0
     vocab = getattr(config, "vocab_size", None)
     if not vocab:
         raise SystemExit(f"--model transformers:{name}: the config has no vocab_size; "
