@@ -223,6 +223,11 @@ pub struct StorageInfo {
     /// False for puts and detached tensors: never recomputed, and evicted
     /// only by swapping, from a host copy (`RestoreMode::Swap`, `Hybrid`).
     pub recomputable: bool,
+    /// The program will detach it (a replay knows: a gradient the
+    /// optimiser keeps), after which no eviction can free it: an arena
+    /// places it apart from the storages that come and go (see
+    /// [`Interpreter::expect_detached_outputs`](crate::Interpreter::expect_detached_outputs)).
+    pub lasting: bool,
 }
 
 impl StorageInfo {

@@ -120,10 +120,10 @@ fn moving_blocks_completes_where_fragmentation_runs_out_of_memory() {
     );
 }
 
-/// The same from the command line: the arena replay that runs out of memory
-/// names `--memory arena-compact` (JSON `compacting_overhead`), which
+/// The same from the command line: the arena replay that stops (thrashing
+/// here) names `--memory arena-compact` (JSON `compacting_overhead`), which
 /// completes and reports its moves, and `--memory arena-split` (JSON
-/// `split_overhead`) where that completes: at 0.34 of the peak, not at 0.3.
+/// `split_overhead`) where that completes: at 0.26 of the peak, not at 0.22.
 #[test]
 fn a_stopped_arena_replay_names_the_placements_that_complete() {
     let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -136,21 +136,21 @@ fn a_stopped_arena_replay_names_the_placements_that_complete() {
             .unwrap();
         serde_json::from_slice(&output.stdout).unwrap()
     };
-    let placed = replay("arena", "0.3");
-    assert_eq!(placed["status"], "oom", "{placed}");
+    let placed = replay("arena", "0.22");
+    assert_ne!(placed["status"], "ok", "{placed}");
     assert!(placed["compacting_overhead"].as_f64().is_some(), "{placed}");
     assert!(placed["split_overhead"].is_null(), "{placed}");
     assert_eq!(placed["compactions"], 0);
-    let moved = replay("arena-compact", "0.3");
+    let moved = replay("arena-compact", "0.22");
     assert_eq!(moved["status"], "ok", "{moved}");
     assert!(moved["compactions"].as_u64().unwrap() > 0, "{moved}");
     assert!(moved["moved_bytes"].as_u64().unwrap() > 0, "{moved}");
     assert_eq!(moved["overhead"], placed["compacting_overhead"]);
     assert!(moved["compacting_overhead"].is_null());
 
-    let placed = replay("arena", "0.34");
-    assert_eq!(placed["status"], "oom", "{placed}");
-    let split = replay("arena-split", "0.34");
+    let placed = replay("arena", "0.26");
+    assert_ne!(placed["status"], "ok", "{placed}");
+    let split = replay("arena-split", "0.26");
     assert_eq!(split["status"], "ok", "{split}");
     assert_eq!(split["overhead"], placed["split_overhead"]);
     assert!(split["split_overhead"].is_null());
@@ -248,4 +248,42 @@ fn small_blocks_kept_apart_leave_room_for_large_ones() {
     assert_eq!(split.report.status, ReplayStatus::Ok);
     assert!(split.report.peak_bytes <= split.budget_bytes.unwrap());
     assert!(split.overhead < 1.2, "{}", split.overhead);
+}
+
+/// Where a replay knows the program will detach an op's output (a gradient
+/// the optimiser keeps), the arena places it at the top: once detached no
+/// eviction can free it, and between the storages that come and go it
+/// would split the room a large one needs. Here two 1 KiB gradients are
+/// made between 2 KiB activations, then a 6 KiB op reads both in an 8 KiB
+/// arena: by best fit alone (`dtr`, no foresight) they split the arena and
+/// it runs out of memory; placed at the top (`dtr-next`) the rest is one
+/// hole.
+#[test]
+fn outputs_the_program_will_detach_are_placed_apart() {
+    let text = r#"{"format":"dtr-trace","version":4}
+{"event":"apply","op":"x1","inputs":[],"outputs":[{"id":0,"bytes":2048,"dtype":"f32"}],"cost":10}
+{"event":"apply","op":"g1","inputs":[0],"outputs":[{"id":1,"bytes":1024,"dtype":"f32"}],"cost":10}
+{"event":"apply","op":"x2","inputs":[0],"outputs":[{"id":2,"bytes":2048,"dtype":"f32"}],"cost":10}
+{"event":"del","id":0}
+{"event":"apply","op":"g2","inputs":[2],"outputs":[{"id":3,"bytes":1024,"dtype":"f32"}],"cost":10}
+{"event":"del","id":2}
+{"event":"apply","op":"y","inputs":[1,3],"outputs":[{"id":4,"bytes":6144,"dtype":"f32"}],"cost":10}
+{"event":"detach","id":1}
+{"event":"detach","id":3}
+{"event":"end","events":9}
+"#;
+    let trace = dtr::trace::native::parse("detached.jsonl", text).unwrap();
+    let run = |heuristic: &str| {
+        let config = dtr::Config::default()
+            .with_heuristic(heuristic)
+            .with_memory(MemoryModel::arena())
+            .with_budget_bytes(8 * 1024);
+        let mut dtr = dtr::Interpreter::new(dtr::SimulatorBackend::new(), config).unwrap();
+        dtr::trace::replay::replay(&trace, &mut dtr, dtr::trace::replay::Kernels::Recorded).unwrap()
+    };
+    let scattered = run("dtr");
+    assert_eq!(scattered.status, ReplayStatus::OutOfMemory);
+    let apart = run("dtr-next");
+    assert_eq!(apart.status, ReplayStatus::Ok, "{:?}", apart.message);
+    assert_eq!(apart.stats.rematerializations, 0);
 }

@@ -24,8 +24,9 @@ fn looking_ahead_keeps_the_unbounded_values_and_decides_alike_on_both_backends()
         (MemoryModel::Counter, "mlp-small.jsonl", 0.6),
         (MemoryModel::Counter, "transformer-small.jsonl", 0.6),
         (MemoryModel::Counter, "resnet-small.jsonl", 0.7),
-        // Fragmentation needs more room.
-        (MemoryModel::arena(), "mlp-small.jsonl", 0.6),
+        // Fragmentation needs more room (mlp-small runs out of memory at
+        // 0.60 and 0.61 with its gradients placed apart, from 0.55 on).
+        (MemoryModel::arena(), "mlp-small.jsonl", 0.65),
         (MemoryModel::arena(), "transformer-small.jsonl", 0.8),
         (MemoryModel::arena(), "resnet-small.jsonl", 0.8),
     ];

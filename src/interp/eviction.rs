@@ -1,6 +1,8 @@
 //! Making room: the AutoEvict loop, eviction itself (the storage table
 //! frees the bytes; this records it), and out-of-memory errors.
 
+use smallvec::SmallVec;
+
 use super::{steps, Interpreter, RunEvent};
 use crate::backend::Backend;
 use crate::config::RestoreMode;
@@ -75,11 +77,12 @@ impl<B: Backend> Interpreter<B> {
         // top of the loop, as a search per refusal would have found it,
         // unless the loop first takes another way.
         let mut found = crate::policy::Victims::default();
+        let lasting = self.lasting_outputs(purpose);
         loop {
-            if let Some(blocks) = self.table.reserve(sizes) {
+            if let Some(blocks) = self.table.reserve(sizes, &lasting) {
                 return Ok(blocks);
             }
-            if let Some(blocks) = self.reserve_by_moving(sizes, movable) {
+            if let Some(blocks) = self.reserve_by_moving(sizes, &lasting, movable) {
                 return Ok(blocks);
             }
             let largest = sizes.iter().copied().max().unwrap_or(0);
@@ -103,7 +106,7 @@ impl<B: Backend> Interpreter<B> {
                     .could_fit(sizes, self.table.unevictable_bytes())
                 || (!held_back.is_empty() && !self.table.could_open_block(request));
             if stuck {
-                if let Some(blocks) = self.reserve_by_moving(sizes, u64::MAX) {
+                if let Some(blocks) = self.reserve_by_moving(sizes, &lasting, u64::MAX) {
                     return Ok(blocks);
                 }
             }
@@ -160,11 +163,39 @@ impl<B: Backend> Interpreter<B> {
     /// In a compacting arena whose free bytes would hold `sizes` but no
     /// free block does, moves blocks to open a hole and reserves it; the
     /// moves take their time on the compute stream.
-    fn reserve_by_moving(&mut self, sizes: &[u64], most_bytes: u64) -> Option<Vec<Block>> {
+    fn reserve_by_moving(
+        &mut self,
+        sizes: &[u64],
+        lasting: &[bool],
+        most_bytes: u64,
+    ) -> Option<Vec<Block>> {
         let moves = self.table.make_room_by_moving(sizes, most_bytes)?;
         self.schedule_moves(&moves);
         self.charge_moves(&moves);
-        self.table.reserve(sizes)
+        self.table.reserve(sizes, lasting)
+    }
+
+    /// For an op's outputs, which of the blocks to reserve (one per output
+    /// that is not a view) hold storages the program will make constants
+    /// (see [`StorageInfo::lasting`](crate::graph::StorageInfo::lasting));
+    /// empty when none does.
+    fn lasting_outputs(&self, purpose: RoomFor<'_>) -> SmallVec<[bool; 2]> {
+        let RoomFor::Op { node, .. } = purpose else {
+            return SmallVec::new();
+        };
+        let node = &self.graph.nodes[node];
+        let marks: SmallVec<[bool; 2]> = (node.signature().outputs.iter().enumerate())
+            .filter(|(_, output)| output.alias_of.is_none())
+            .map(|(k, _)| {
+                let tensor = node.output(k);
+                tensor.is_some_and(|t| self.graph.storages[self.graph.tensors[t].storage].lasting)
+            })
+            .collect();
+        if marks.contains(&true) {
+            marks
+        } else {
+            SmallVec::new()
+        }
     }
 
     /// Moved blocks take their time on the compute stream.

@@ -75,6 +75,9 @@ pub struct Interpreter<B: Backend> {
     /// A replay tells the foresight ([`Interpreter::set_program_time`]):
     /// steps do not.
     foresight_given: bool,
+    /// Which outputs of the next op the program will detach
+    /// ([`Interpreter::expect_detached_outputs`]).
+    detached_next: SmallVec<[bool; 2]>,
 }
 
 /// Bytes in use, their high-water mark and the budget; in arena mode also
@@ -177,6 +180,7 @@ impl<B: Backend> Interpreter<B> {
             footprint: Default::default(),
             lookahead: None,
             foresight_given: false,
+            detached_next: SmallVec::new(),
         })
     }
 
@@ -200,6 +204,16 @@ impl<B: Backend> Interpreter<B> {
     pub fn set_next_read(&mut self, tensor: TensorId, at: Option<u64>) {
         self.foresight_given = true;
         self.graph.set_next_read(tensor, at);
+    }
+
+    /// Which outputs of the next op (`marks[k]` for output `k`) the program
+    /// will detach before releasing them, as a replay knows: a gradient
+    /// the optimiser keeps. In an arena they are placed apart from the
+    /// storages that come and go, since once detached no eviction can free
+    /// them ([`StorageInfo::lasting`]). Other ops are unaffected.
+    pub fn expect_detached_outputs(&mut self, marks: &[bool]) {
+        self.detached_next.clear();
+        self.detached_next.extend_from_slice(marks);
     }
 
     /// Makes room for about `tensors` more tensors (and as many storages
@@ -337,6 +351,8 @@ impl<B: Backend> Interpreter<B> {
         inputs: &[TensorId],
         cost: Option<u64>,
     ) -> Result<SmallVec<[TensorId; 2]>> {
+        // The marks are for this op only, whether or not it runs.
+        let detached = std::mem::take(&mut self.detached_next);
         for &t in inputs {
             self.live_tensor(t)?;
         }
@@ -366,7 +382,7 @@ impl<B: Backend> Interpreter<B> {
                 TensorInfo::MAX_OUTPUTS
             )));
         }
-        let node = self.insert_node(op, inputs, signature);
+        let node = self.insert_node(op, inputs, signature, &detached);
         self.step_op(node);
         if let Err(error) = self.materialize(node, true) {
             self.remove_failed_node(node);
@@ -666,12 +682,14 @@ impl<B: Backend> Interpreter<B> {
         self.materialize(node, false)
     }
 
-    /// Adds a node and its (not yet computed) outputs to the graph.
+    /// Adds a node and its (not yet computed) outputs to the graph;
+    /// `detached[k]` marks output `k` as one the program will detach.
     fn insert_node(
         &mut self,
         op: Op,
         inputs: &[TensorId],
         signature: crate::ops::Signature,
+        detached: &[bool],
     ) -> NodeId {
         let applied = self.graph.applied(op, signature);
         let outputs = applied.signature.outputs.clone();
@@ -680,7 +698,12 @@ impl<B: Backend> Interpreter<B> {
             let bytes = spec.bytes();
             let storage = match spec.alias_of {
                 Some(i) => self.graph.tensors[inputs[i]].storage,
-                None => self.new_storage(bytes, true),
+                None => {
+                    let storage = self.new_storage(bytes, true);
+                    self.graph.storages[storage].lasting =
+                        detached.get(k).copied().unwrap_or(false);
+                    storage
+                }
             };
             let layout = self.graph.layout(&spec.layout);
             let tensor = self.graph.tensors.insert(TensorInfo {
@@ -738,6 +761,7 @@ impl<B: Backend> Interpreter<B> {
             last_access: self.graph.clock,
             cost: 0,
             recomputable,
+            lasting: false,
         });
         self.table.register(storage);
         storage

@@ -296,7 +296,7 @@ impl<B: Backend> Interpreter<B> {
         if planned.out_of_memory {
             return Err(self.out_of_memory(sizes, purpose));
         }
-        self.table.reserve(sizes).ok_or_else(|| {
+        self.table.reserve(sizes, &[]).ok_or_else(|| {
             broken(format!(
                 "{sizes:?} B do not fit{}",
                 if self.table.memory().arena().is_some() {

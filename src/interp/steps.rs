@@ -245,7 +245,7 @@ impl<B: Backend> Interpreter<B> {
             PlanSays::Nothing => return Planned::No,
             PlanSays::Departed(why) => return self.depart_from_step_plan(why),
             PlanSays::FitAsIs => {
-                return match self.table.reserve(sizes) {
+                return match self.table.reserve(sizes, &[]) {
                     Some(blocks) => Planned::Room(blocks),
                     None => self.repair_step_plan("a request the plan evicted nothing for"),
                 };
@@ -269,7 +269,7 @@ impl<B: Backend> Interpreter<B> {
                 }
             }
         }
-        match self.table.reserve(sizes) {
+        match self.table.reserve(sizes, &[]) {
             Some(blocks) => Planned::Room(blocks),
             // As the recorded step did; one that meets more room than it
             // did gets the room instead.

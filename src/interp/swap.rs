@@ -437,7 +437,7 @@ impl<B: Backend> Interpreter<B> {
         if self.table.counter().in_use_bytes().saturating_add(bytes) > budget {
             return None;
         }
-        Some(self.table.reserve(&[bytes])?[0])
+        Some(self.table.reserve(&[bytes], &[])?[0])
     }
 
     /// Whether `storage` is evicted with a complete host copy.

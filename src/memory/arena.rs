@@ -173,6 +173,16 @@ impl Arena {
     /// pinning holes in the stretches that large activations come and go
     /// in.
     pub(crate) fn allocate(&mut self, bytes: u64, owner: Option<StorageId>) -> Option<Block> {
+        self.place(bytes, owner, false)
+    }
+
+    /// [`Arena::allocate`], but a `lasting` block (one the program will
+    /// make a constant, which no eviction can then free) goes at the top
+    /// end of the highest free block that holds it, whatever the placement:
+    /// constants made as the program runs (the gradients an optimiser
+    /// keeps) pile up together instead of pinning holes among the storages
+    /// that come and go.
+    fn place(&mut self, bytes: u64, owner: Option<StorageId>, lasting: bool) -> Option<Block> {
         let size = self.aligned(bytes)?;
         if size == 0 {
             return Some(Block { offset: 0, size: 0 });
@@ -181,18 +191,23 @@ impl Arena {
             return None;
         }
         let small = size < self.capacity / SMALL_BLOCK_SHARE;
+        let at_top = lasting || (self.placement == Placement::Split && small);
         let (hole, found) = match self.placement {
+            _ if at_top => self.highest_hole_holding(size)?,
             Placement::FirstFit => self.lowest_hole_holding(size)?,
-            Placement::Split if small => self.highest_hole_holding(size)?,
             Placement::BestFit | Placement::Split => {
                 let &(found, offset) = self.free_by_size.range((size, 0)..).next()?;
                 (offset, found)
             }
         };
         self.remove_free(hole);
-        let offset = if self.placement == Placement::Split && small {
-            self.insert_free(hole, found - size);
-            hole + found - size
+        let offset = if at_top {
+            // As high as alignment allows: the arena's end (the budget)
+            // need not be aligned.
+            let offset = (hole + found - size) & !(self.alignment - 1);
+            self.insert_free(hole, offset - hole);
+            self.insert_free(offset + size, hole + found - offset - size);
+            offset
         } else {
             self.insert_free(hole + size, found - size);
             hole
@@ -260,9 +275,20 @@ impl Arena {
 
     /// Allocates every size or none (then the arena is as before).
     pub(crate) fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
+        self.allocate_all_lasting(sizes, &[])
+    }
+
+    /// [`Arena::allocate_all`], placing those marked in `lasting` (when it
+    /// has one mark per size) as [`Arena::place`] places lasting blocks.
+    pub(crate) fn allocate_all_lasting(
+        &mut self,
+        sizes: &[u64],
+        lasting: &[bool],
+    ) -> Option<Vec<Block>> {
         let mut blocks = Vec::with_capacity(sizes.len());
-        for &bytes in sizes {
-            match self.allocate(bytes, None) {
+        for (k, &bytes) in sizes.iter().enumerate() {
+            let lasting = lasting.len() == sizes.len() && lasting[k];
+            match self.place(bytes, None, lasting) {
                 Some(block) => blocks.push(block),
                 None => {
                     for block in blocks {
@@ -413,6 +439,35 @@ impl Arena {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn lasting_blocks_go_at_the_top_of_the_highest_hole_that_holds_them() {
+        let mut arena = Arena::new(4096, 256);
+        let a = arena.allocate(1024, None).unwrap();
+        let b = arena.allocate(1024, None).unwrap();
+        arena.free(a); // holes: [0, 1024) and [2048, 4096)
+        let blocks = arena.allocate_all_lasting(&[512, 256, 512], &[true, false, true]);
+        let offsets: Vec<u64> = blocks.unwrap().iter().map(|b| b.offset).collect();
+        // The lasting ones pile down from the top; the other goes by best
+        // fit into the tightest hole, the one below `b`.
+        assert_eq!(offsets, [4096 - 512, 0, 4096 - 1024]);
+        // When only a lower hole holds it, a lasting block takes its top.
+        let mut full = Arena::new(2048, 256);
+        let low = full.allocate(512, None).unwrap();
+        full.allocate(1536, None).unwrap();
+        full.free(low);
+        let placed = full.allocate_all_lasting(&[256], &[true]).unwrap();
+        assert_eq!(placed[0].offset, 256);
+        assert_eq!(b.offset, 1024);
+        // A budget need not be aligned; blocks are, so a block at the top
+        // can go back where it was (as compaction and plans put them).
+        let mut odd = Arena::new(4096 + 100, 256);
+        let top = odd.allocate_all_lasting(&[256], &[true]).unwrap()[0];
+        assert_eq!(top.offset, 3840);
+        odd.free(top);
+        assert_eq!(odd.allocate_at(top.offset, 256, None), Some(top));
+        assert_eq!(odd.largest_free(), 3840);
+    }
 
     #[test]
     fn the_largest_openable_stretch_joins_free_and_evictable_blocks() {

@@ -214,7 +214,9 @@ impl Memory {
 
     /// Allocates a block for each size, or nothing when they do not all fit.
     /// Following a plan, each goes at its planned offset or none is made.
-    pub(crate) fn allocate_all(&mut self, sizes: &[u64]) -> Option<Vec<Block>> {
+    /// In an arena, sizes marked in `lasting` (one mark per size, or none)
+    /// are placed apart (see [`Arena::allocate_all_lasting`]).
+    pub(crate) fn allocate_all(&mut self, sizes: &[u64], lasting: &[bool]) -> Option<Vec<Block>> {
         let blocks = match (&mut self.arena, &mut self.planned) {
             (Some(arena), Some(planned)) => {
                 if planned.len() < sizes.len() {
@@ -224,7 +226,7 @@ impl Memory {
                 planned.drain(..sizes.len());
                 blocks
             }
-            (Some(arena), None) => arena.allocate_all(sizes)?,
+            (Some(arena), None) => arena.allocate_all_lasting(sizes, lasting)?,
             (None, _) => {
                 let total = sizes.iter().fold(0u64, |sum, &b| sum.saturating_add(b));
                 if !self.counter.fits(total) {

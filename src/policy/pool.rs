@@ -603,6 +603,7 @@ pub(super) mod tests {
             last_access,
             cost,
             recomputable: true,
+            lasting: false,
         }
     }
 

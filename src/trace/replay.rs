@@ -102,6 +102,9 @@ pub fn replay_observed<B: Backend>(
     for (index, event) in trace.events.iter().enumerate() {
         if let Some(foresight) = &mut foresight {
             dtr.set_program_time(foresight.time[index]);
+            if let TraceEvent::Apply(apply) = event {
+                foresight.tell_detached_outputs(apply, dtr);
+            }
         }
         let stepped = pin_resident_first(trace, index, dtr, &tensors, &mut pinned_early)
             .and_then(|()| match pinned_early.get(index) {
@@ -193,12 +196,15 @@ struct Foresight {
     /// a detach), in order, and how many of them have run.
     reads: Vec<Vec<u32>>,
     done: Vec<u32>,
+    /// The tensors the trace detaches (it keeps them as constants).
+    detached: Vec<bool>,
 }
 
 impl Foresight {
     fn of(trace: &Trace) -> Foresight {
         let mut time = Vec::with_capacity(trace.events.len() + 1);
         let mut reads: Vec<Vec<u32>> = vec![Vec::new(); trace.tensor_count()];
+        let mut detached = vec![false; trace.tensor_count()];
         let mut now = 0u64;
         for (index, event) in trace.events.iter().enumerate() {
             time.push(now);
@@ -211,17 +217,35 @@ impl Foresight {
                 }
                 // A detach needs its tensor's value too: an evicted one is
                 // rematerialised first.
-                TraceEvent::Get { tensor }
-                | TraceEvent::Pin { tensor }
-                | TraceEvent::Detach { tensor } => {
+                TraceEvent::Get { tensor } | TraceEvent::Pin { tensor } => {
                     reads[*tensor as usize].push(index as u32);
+                }
+                TraceEvent::Detach { tensor } => {
+                    reads[*tensor as usize].push(index as u32);
+                    detached[*tensor as usize] = true;
                 }
                 _ => {}
             }
         }
         time.push(now);
         let done = vec![0; reads.len()];
-        Foresight { time, reads, done }
+        Foresight {
+            time,
+            reads,
+            done,
+            detached,
+        }
+    }
+
+    /// Tells the interpreter which outputs of `apply`, about to run, the
+    /// trace detaches later.
+    fn tell_detached_outputs<B: Backend>(&self, apply: &super::Apply, dtr: &mut Interpreter<B>) {
+        let marks: smallvec::SmallVec<[bool; 2]> = (apply.outputs.iter())
+            .map(|output| self.detached[output.tensor as usize])
+            .collect();
+        if marks.contains(&true) {
+            dtr.expect_detached_outputs(&marks);
+        }
     }
 
     /// Event `index` ran: the tensors it read or made are next read later.
