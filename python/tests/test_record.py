@@ -287,24 +287,25 @@ def test_command_line_records_gpt2_for_dtr_replay(tmp_path):
     assert report["status"] == "ok", report
 
 
-def test_command_line_records_a_torchvision_model(tmp_path):
+def record_vision(tmp_path, name, image):
+    """The applies of a torchvision model's step recorded by the CLI
+    (batch 2, 10 classes, no warm-up)."""
     pytest.importorskip("torchvision", reason="torchvision is not installed")
-    out = tmp_path / "resnet18.jsonl"
-    result = run_cli("--model", "torchvision:resnet18", "--batch", "2", "--image", "32",
+    out = tmp_path / f"{name}.jsonl"
+    result = run_cli("--model", f"torchvision:{name}", "--batch", "2", "--image", str(image),
                      "--classes", "10", "--warmup", "0", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    ops = {e["op"] for e in applies(read(out))}
+    return applies(read(out))
+
+
+def test_command_line_records_a_torchvision_model(tmp_path):
+    ops = {e["op"] for e in record_vision(tmp_path, "resnet18", 32)}
     assert "aten.convolution.default" in ops and "aten.convolution_backward.default" in ops
 
 
 def test_command_line_records_a_model_with_auxiliary_heads(tmp_path):
     # GoogLeNet returns a named tuple in training: every head counts.
-    pytest.importorskip("torchvision", reason="torchvision is not installed")
-    out = tmp_path / "googlenet.jsonl"
-    result = run_cli("--model", "torchvision:googlenet", "--batch", "2", "--image", "64",
-                     "--classes", "10", "--warmup", "0", "--out", str(out))
-    assert result.returncode == 0, result.stderr
-    modules = {e.get("module", "") for e in applies(read(out))}
+    modules = {e.get("module", "") for e in record_vision(tmp_path, "googlenet", 64)}
     assert any(m.startswith("GoogLeNet.aux1.") for m in modules), sorted(modules)[:20]
 
 
