@@ -5,7 +5,7 @@
 //! (`arena-compact`): where best fit runs out of memory for room that
 //! fragmentation hides, moving blocks completes. Where an op's restored
 //! inputs split the room its output needs, the output's block is reserved
-//! first.
+//! first. Outputs a replay knows the program will detach go at the top.
 
 mod common;
 

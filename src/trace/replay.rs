@@ -215,11 +215,11 @@ impl Foresight {
                     }
                     now = now.saturating_add(apply.cost);
                 }
-                // A detach needs its tensor's value too: an evicted one is
-                // rematerialised first.
                 TraceEvent::Get { tensor } | TraceEvent::Pin { tensor } => {
                     reads[*tensor as usize].push(index as u32);
                 }
+                // A detach needs its tensor's value too: an evicted one is
+                // rematerialised first.
                 TraceEvent::Detach { tensor } => {
                     reads[*tensor as usize].push(index as u32);
                     detached[*tensor as usize] = true;
