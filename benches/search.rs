@@ -102,6 +102,7 @@ fn sqrt_search_alone(bencher: Bencher, candidates: usize) {
             last_access: i,
             cost: 1 + (i * 7919) % 1000,
             recomputable: true,
+            lasting: false,
         };
         pool.insert(keys.insert(()), 1024, &info);
     }
