@@ -9,7 +9,7 @@ steps into a dtr trace with :func:`dtr.torch.record`; replay it with
                         auxiliary heads (GoogLeNet, Inception v3) count in the loss
   transformers:NAME     a model built from ``transformers.AutoConfig.for_model(NAME)``
                         with ``--config key=value,...`` overrides, on random tokens;
-                        a causal, masked or sequence-to-sequence language-model
+                        a causal, masked or else sequence-to-sequence language-model
                         head when NAME has one (labels = the tokens)
   bench:NAME            a workload of ``python -m dtr.torch.bench`` (resnet50, gpt2,
                         lstm) with its own sizes, batch and optimizer (``--quick``:
