@@ -178,11 +178,14 @@ impl<B: Backend> Interpreter<B> {
     /// For an op's outputs, which of the blocks to reserve (one per output
     /// that is not a view) hold storages the program will make constants
     /// (see [`StorageInfo::lasting`](crate::graph::StorageInfo::lasting));
-    /// empty when none does.
+    /// empty when none does, or when there is no arena to place them in.
     fn lasting_outputs(&self, purpose: RoomFor<'_>) -> SmallVec<[bool; 2]> {
         let RoomFor::Op { node, .. } = purpose else {
             return SmallVec::new();
         };
+        if self.table.memory().arena().is_none() {
+            return SmallVec::new();
+        }
         let node = &self.graph.nodes[node];
         let marks: SmallVec<[bool; 2]> = (node.signature().outputs.iter().enumerate())
             .filter(|(_, output)| output.alias_of.is_none())
