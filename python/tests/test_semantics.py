@@ -193,6 +193,91 @@ def test_a_recomputation_runs_under_the_backend_switches_of_the_first_run():
     assert all(checks), checks
 
 
+def test_bytes_that_no_op_wrote_into_an_empty_tensor_are_kept():
+    # `ctc_loss` with lengths given as tuples divides by `at::tensor(lengths)`:
+    # an `empty` the dispatch mode sees, filled by a copy it does not. Re-run,
+    # `empty` gave back whatever the allocator held: a wrong loss and gradient.
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    T, B, C = 50, 16, 20
+    logits = torch.randn(T, B, C, requires_grad=True)
+    targets = torch.randint(1, C, (B, 30))
+    def program():
+        logits.grad = None
+        lp = F.log_softmax(logits * 1.0, -1)
+        loss = F.ctc_loss(lp, targets, (T,) * B, tuple(range(10, 10 + B)))
+        filler = chain(torch.ones(N), 10)
+        loss.backward()
+        return [loss.detach(), logits.grad.clone(), filler[-1].sum()]
+    expected = program()
+    with dtr_torch.budget(4 * MiB, heuristic="lru") as session:
+        actual = program()
+    assert session.stats()["rematerializations"] > 0
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+
+def test_a_write_on_the_host_makes_what_was_computed_before_it_stay():
+    # `apply_` runs a Python function over the elements with no ATen op: a
+    # recomputation gave back the value from before it, and `b` would have
+    # been recomputed from the value after it.
+    def program():
+        w = torch.ones(N, requires_grad=True)
+        a = w * 2
+        b = a + 1  # computed from the value before the write
+        a.detach().apply_(lambda v: v + 100)
+        filler = chain(torch.ones(N), 10)  # pushes a and b out
+        return [a * 1, b * 1, filler[-1].sum()]
+    expected = program()
+    with dtr_torch.budget(4 * MiB, heuristic="lru") as session:
+        actual = program()
+    assert session.stats()["evictions"] > 0
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+
+def test_activations_computed_without_grad_can_be_evicted():
+    # Outputs of grad-free ops on constants were constants: an evaluation
+    # loop that keeps its outputs ran out of memory under any budget below
+    # its peak.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 256)).eval()
+    inputs = [torch.randn(256, 256) for _ in range(8)]  # 256 KiB each
+    def program():
+        with torch.no_grad():
+            outputs = [torch.tanh(model(x)) for x in inputs]
+        return [y.sum() for y in outputs]
+    expected = program()
+    with dtr_torch.budget(None) as tracked:
+        program()
+    limit = int(tracked.stats()["peak_bytes"] * 0.8)
+    with dtr_torch.budget(limit) as session:
+        actual = program()
+    assert session.stats()["evictions"] > 0
+    assert all(torch.equal(e, a) for e, a in zip(expected, actual))
+
+def test_a_recomputation_runs_under_the_denormal_flushing_of_the_first_run():
+    # `torch.set_flush_denormal` has no getter: recomputed while flushing,
+    # denormals came back as zeros.
+    def program():
+        w = torch.full((N,), 1e-39, requires_grad=True)
+        a = w * 0.5  # denormals, computed with flushing off
+        torch.set_flush_denormal(True)
+        try:
+            filler = chain(torch.ones(N), 10)  # pushes a out
+            first = a * 1.0  # recomputes a
+        finally:
+            torch.set_flush_denormal(False)
+        return [a * 1e30, first, filler[-1].sum()]
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush denormals")
+    expected = program()
+    with dtr_torch.budget(4 * MiB, heuristic="lru") as session:
+        actual = program()
+    assert session.stats()["rematerializations"] > 0
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+
+
 def test_multi_output_ops_restore_every_output():
     torch.manual_seed(0)
     x = torch.randn(512, 512)

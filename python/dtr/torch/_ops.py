@@ -40,11 +40,28 @@ _SIDE_EFFECT_ONLY_WRITES = {
 }
 
 
+# Ops whose outputs hold whatever the allocator left: C++ code then fills
+# them with no op the dispatch mode sees (`at::tensor(list)`, which
+# `ctc_loss` uses for its lengths, copies the list in raw), so re-running
+# one does not give back the bytes that were read.
+_UNINITIALIZED = {
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::empty_permuted",
+    "aten::new_empty", "aten::new_empty_strided",
+}
+
+# In-place ops that overwrite every byte of `self` without reading it.
+_OVERWRITE_SELF = {
+    "aten::fill_", "aten::zero_", "aten::copy_", "aten::uniform_", "aten::normal_",
+    "aten::bernoulli_", "aten::random_", "aten::exponential_", "aten::cauchy_",
+    "aten::log_normal_", "aten::geometric_",
+}
+
+
 class OpInfo:
     """One op overload: which arguments it writes, and whether it draws random numbers."""
 
     __slots__ = ("name", "writes", "hidden_writes", "training_arg", "training_name", "seeded",
-                 "nondeterministic", "side_effect_only_writes")
+                 "nondeterministic", "side_effect_only_writes", "uninitialized", "overwrites")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         schema = func._schema
@@ -64,6 +81,20 @@ class OpInfo:
         self.seeded = torch.Tag.nondeterministic_seeded in tags
         self.nondeterministic = torch.Tag.nondeterministic_bitwise in tags
         self.side_effect_only_writes = schema.name in _SIDE_EFFECT_ONLY_WRITES
+        self.uninitialized = schema.name in _UNINITIALIZED
+        # (position or None, name) of the arguments written without being
+        # read: `out=` arguments, and `self` of the overwriting ops.
+        self.overwrites = tuple(
+            (None if arg.kwarg_only else position, arg.name)
+            for position, arg in enumerate(schema.arguments)
+            if getattr(arg, "is_out", False)
+            or (position == 0 and schema.name in _OVERWRITE_SELF)
+        )
+
+    def overwritten(self, args: tuple, kwargs: dict) -> list:
+        """The arguments this call overwrites without reading them."""
+        return [args[position] if position is not None and position < len(args)
+                else kwargs.get(name) for position, name in self.overwrites]
 
     def written(self, args: tuple, kwargs: dict) -> list:
         """The arguments this call writes (tensors, lists of tensors or None)."""

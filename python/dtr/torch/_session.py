@@ -58,14 +58,13 @@ _NO_SUBCLASS_FUNCTION = torch._C.DisableTorchFunctionSubclass
 _STRIDED = torch.strided
 _SEQUENCES = (list, tuple)
 _perf_ns = time.perf_counter_ns
-_grad_enabled = torch.is_grad_enabled
 
 
 class _Slot:
     """One torch storage under the session: the engine tensor of its current value."""
 
     __slots__ = ("key", "ref", "handle", "nbytes", "buf", "resident", "constant", "readers",
-                 "shared", "copy", "copy_storage")
+                 "shared", "copy", "copy_storage", "unfilled")
 
     def __init__(self, key: int, nbytes: int) -> None:
         self.key = key
@@ -85,6 +84,9 @@ class _Slot:
         self.shared = False
         self.copy: Optional["_Slot"] = None
         self.copy_storage: Optional[torch.UntypedStorage] = None
+        # Made by an op that leaves its memory uninitialised (`empty`), and
+        # read by no op since: see `Session._reading_unfilled`.
+        self.unfilled = False
 
     def storage(self) -> Optional[torch.UntypedStorage]:
         """The torch storage, or None once it has died. One reached through
@@ -297,15 +299,22 @@ _SWAPS_DATA_PTR = hasattr(torch.UntypedStorage, "_swap_data_ptr_")
 # are no host reads.
 _storage_of = torch._C.TensorBase.untyped_storage
 
-# Tensor methods that read (False) or hand out (True) a storage's memory
-# without an ATen op, so the dispatch mode never sees them. The storage
-# object itself is memory handed out: `torch.save` (pickling), `bytes()`,
-# `.tolist()` of a storage and NumPy's buffer read it later, after other ops
-# may have run, so a tensor whose storage is taken stays resident for good.
-# `copy.deepcopy` copies the storage at once (its `copy_` is an op).
-_HOST_ACCESS = {"tolist": False, "numpy": True, "__array__": True, "__dlpack__": True,
-                "data_ptr": True, "untyped_storage": True, "storage": True,
-                "_typed_storage": True, "__deepcopy__": False}
+# How the host reaches a storage's memory without an ATen op, so that the
+# dispatch mode never sees it: it reads it (_READ), hands it out (_KEEP) or
+# writes it (_WRITE).
+_READ, _KEEP, _WRITE = "read", "keep", "write"
+
+# Tensor methods that reach a storage's memory so. The storage object itself
+# is memory handed out: `torch.save` (pickling), `bytes()`, `.tolist()` of a
+# storage and NumPy's buffer read it later, after other ops may have run, so
+# a tensor whose storage is taken stays resident for good. `copy.deepcopy`
+# copies the storage at once (its `copy_` is an op). `apply_`, `map_` and
+# `map2_` run a Python function over the elements in place, reading the
+# other tensors they are given.
+_HOST_ACCESS = {"tolist": _READ, "numpy": _KEEP, "__array__": _KEEP, "__dlpack__": _KEEP,
+                "data_ptr": _KEEP, "untyped_storage": _KEEP, "storage": _KEEP,
+                "_typed_storage": _KEEP, "__deepcopy__": _READ,
+                "apply_": _WRITE, "map_": _WRITE, "map2_": _WRITE}
 
 # Functions that hand out a tensor's memory, called through their modules:
 # the function form of `__dlpack__` is a C function that calls no method.
@@ -355,14 +364,14 @@ class _HostReads:
     @classmethod
     def enter(cls, session: "Session") -> None:
         if not cls.sessions:
-            for name, keep in _HOST_ACCESS.items():
+            for name, access in _HOST_ACCESS.items():
                 cls.saved[name] = _Tensor.__dict__.get(name)
-                setattr(_Tensor, name, cls._wrap(getattr(_Tensor, name), keep))
+                setattr(_Tensor, name, cls._wrap(getattr(_Tensor, name), access))
             for module, name in _HOST_ACCESS_FUNCTIONS:
                 function = getattr(module, name, None)
                 if function is not None:
                     cls.saved_functions.append((module, name, function))
-                    setattr(module, name, cls._wrap(function, True))
+                    setattr(module, name, cls._wrap(function, _KEEP))
         cls.sessions.append(session)
 
     @classmethod
@@ -381,7 +390,7 @@ class _HostReads:
             cls.saved_functions.clear()
 
     @classmethod
-    def _wrap(cls, original, keep: bool):
+    def _wrap(cls, original, access: str):
         sessions = cls.sessions
         local = cls.local
 
@@ -390,10 +399,14 @@ class _HostReads:
             # `_typed_storage` and copies it at once; nothing is handed out.
             if getattr(local, "depth", 0):
                 return original(self, *args, **kwargs)
+            reached = [(self, access)]
+            if access is _WRITE:  # `map_` and `map2_` read their other tensors
+                reached += [(arg, _READ) for arg in args if isinstance(arg, _Tensor)]
             reading = []  # (session, the slot it pinned for this read)
             try:
                 for session in reversed(sessions):
-                    reading.append((session, session._host_access(self, keep)))
+                    for tensor, how in reached:
+                        reading.append((session, session._host_access(tensor, how)))
                 local.depth = 1
                 return original(self, *args, **kwargs)
             finally:
@@ -456,6 +469,8 @@ class Session:
         # The least time measured per (op, output sizes, input sizes).
         self._least_costs: Dict[tuple, int] = {}
         self._deaths: List[_Slot] = []
+        # How many live slots are `unfilled`.
+        self._unfilled = 0
         self._grad_hooks: list = []
         self._ops = 0
         self._remat_ns = 0
@@ -491,6 +506,8 @@ class Session:
                 self._track(tensor)
             self._modules = _ModuleNames().__enter__()
         if self._guards_host_reads:
+            with _disable_current_modes():
+                _settings.watch()
             _HostReads.enter(self)
         self._mode.__enter__()
         return self
@@ -499,6 +516,7 @@ class Session:
         self._mode.__exit__(*exc)
         if self._guards_host_reads:
             _HostReads.exit(self)
+            _settings.unwatch()
         if self._modules is not None:
             self._modules.__exit__(*exc)
             self._modules = None
@@ -731,6 +749,9 @@ class Session:
             while self._deaths:
                 slot = self._deaths.pop()
                 slot.resident = False
+                if slot.unfilled:
+                    slot.unfilled = False
+                    self._unfilled -= 1
                 if self._slot_of_handle.get(slot.handle) is slot:
                     del self._slot_of_handle[slot.handle]
                 engine.release(slot.handle)
@@ -778,8 +799,12 @@ class Session:
             if dependent is not None:
                 self._made_constant(dependent)
 
-    def _host_access(self, tensor: _Tensor, keep: bool) -> Optional["_Slot"]:
-        """The host reads `tensor`'s memory (`keep`: and holds on to it).
+    def _host_access(self, tensor: _Tensor, access: str) -> Optional["_Slot"]:
+        """The host reads `tensor`'s memory (`access` _READ), holds on to it
+        (_KEEP) or writes it (_WRITE): a storage kept or written becomes a
+        constant, and before a write so does every tensor computed from its
+        value (as before an op's write to a constant), since a
+        recomputation would read the new bytes.
         A read pins the storage until `_host_read_done`: the read itself may
         run ops (`copy.deepcopy` allocates its copy), which must not evict
         what it reads. Returns the slot so pinned. Tensors this session does
@@ -802,7 +827,13 @@ class Session:
         if slot is None:
             return None
         with self._outside_dispatch(slot):
-            if keep and not slot.constant:
+            if access is _WRITE:
+                what = "preparing a write on the host"
+                self._preserve_dependents(slot, "", what)
+                if not slot.constant:
+                    self._detach(slot, "", what)
+                return None
+            if access is _KEEP and not slot.constant:
                 self._detach(slot, "", "handing a tensor's memory to the host")
                 return None
             if slot.constant:
@@ -968,6 +999,9 @@ class Session:
                                                          info.name)))
                            if kwargs else kwargs)
 
+        if self._unfilled:
+            self._reading_unfilled(info, args, kwargs, inputs)
+
         # Writes, decided before running: making a constant may recompute.
         versioned: List[_Slot] = []
         constants_written: List[_Slot] = []
@@ -1039,6 +1073,26 @@ class Session:
             for handle in retired:
                 engine.release(handle)
 
+    def _reading_unfilled(self, info, args: tuple, kwargs: dict, inputs: List[_Slot]) -> None:
+        """An op reads storages that `empty` made and no op has written
+        since: C++ code filled them with no op the session saw (or nothing
+        did, and the op reads garbage, as stock PyTorch does). A re-run of
+        `empty` would not give those bytes back, so each becomes a constant
+        first. An op that overwrites one without reading it (`fill_`, an
+        `out=` argument) makes a new version it can recompute."""
+        overwritten = ()
+        if info.overwrites:
+            overwritten = [_storage_of(tensor)._cdata
+                           for tensor in _flatten(info.overwritten(args, kwargs), [])
+                           if isinstance(tensor, _Tensor) and tensor.layout is _STRIDED]
+        for slot in inputs:
+            if not slot.unfilled:
+                continue
+            slot.unfilled = False
+            self._unfilled -= 1
+            if slot.key not in overwritten and not slot.constant:
+                self._detach(slot, info.name, "keeping bytes no op wrote")
+
     def _unpin(self, handles: List[int]) -> None:
         for handle in handles:
             self._engine.unpin(handle)
@@ -1096,13 +1150,12 @@ class Session:
                     engine.ensure_resident(slot.handle)
             return result
 
-        # Outputs a re-run could not reproduce are constants, and so are
-        # those of grad-free ops on constants alone (optimiser state), lest
-        # history span training steps.
+        # Outputs a re-run could not reproduce are constants. Those of
+        # grad-free ops stay recomputable (an evaluation loop's
+        # activations): a write to what they were computed from, such as an
+        # optimiser's step, first makes them constants.
         recomputable = not (info.nondeterministic and self.device.type == "cuda")
         if constants_written and not info.side_effect_only_writes:
-            recomputable = False
-        if not _grad_enabled() and all([slot.constant for slot in inputs]):
             recomputable = False
         if recomputable and self._recording:
             # A re-run reads what shared memory held when the op ran.
@@ -1186,6 +1239,10 @@ class Session:
                 rng=rng,
             )
             call.handles = handles
+            if info.uninitialized:
+                for slot in fresh:
+                    slot.unfilled = True
+                    self._unfilled += 1
             for slot in inputs:
                 if slot.constant:
                     call.keep.append(slot.storage())

@@ -4,9 +4,11 @@ recomputation runs under those its first run saw.
 A factory op called without a dtype reaches ATen without one and makes the
 default dtype of the moment (`torch.set_default_dtype`); oneDNN, cuDNN and
 cuBLAS switches and precisions, and deterministic algorithms, pick other
-kernels whose last bits differ. A recomputation after the program changed
-one of them would make other values (or, for the dtype, another size).
-Autocast needs nothing here: it casts before the dispatch mode sees an op.
+kernels whose last bits differ; flushing denormals to zero
+(`torch.set_flush_denormal`) makes zeros of tiny values. A recomputation
+after the program changed one of them would make other values (or, for the
+dtype, another size). Autocast needs nothing here: it casts before the
+dispatch mode sees an op.
 """
 
 from __future__ import annotations
@@ -31,6 +33,50 @@ def _set_deterministic(value: Tuple[bool, bool]) -> None:
     _C._set_deterministic_algorithms(value[0], warn_only=value[1])
 
 
+class _FlushDenormal:
+    """`torch.set_flush_denormal` has no getter: while a session is open,
+    :func:`watch` puts a wrapper in its place that notes each change, and
+    the state it starts from is measured (a product of a denormal)."""
+
+    original = torch.set_flush_denormal
+    flushing = False
+    watchers = 0
+
+    @classmethod
+    def get(cls) -> bool:
+        return cls.flushing
+
+    @classmethod
+    def set(cls, mode: bool) -> bool:
+        supported = cls.original(mode)
+        if supported:
+            cls.flushing = bool(mode)
+        return supported
+
+    @classmethod
+    def measure(cls) -> None:
+        """Reads the state the program left, from a product that flushing
+        makes zero (run with no dispatch mode on: see :func:`watch`)."""
+        tiny = torch.tensor([1e-39], dtype=torch.float32, device="cpu")
+        cls.flushing = bool((tiny * 1.0).item() == 0.0)
+
+
+def watch() -> None:
+    """A session opens: follow `torch.set_flush_denormal` (call with no
+    dispatch mode on)."""
+    if _FlushDenormal.watchers == 0:
+        _FlushDenormal.measure()
+        torch.set_flush_denormal = _FlushDenormal.set
+    _FlushDenormal.watchers += 1
+
+
+def unwatch() -> None:
+    """A session closes: the last one puts `torch.set_flush_denormal` back."""
+    _FlushDenormal.watchers -= 1
+    if _FlushDenormal.watchers == 0:
+        torch.set_flush_denormal = _FlushDenormal.original
+
+
 def _settings() -> List[Tuple[Callable[[], Any], Callable[[Any], None]]]:
     """(getter, setter) of each setting this build has. Only the legacy
     switches: PyTorch 2.9's per-backend precisions (`fp32_precision`) are
@@ -42,6 +88,7 @@ def _settings() -> List[Tuple[Callable[[], Any], Callable[[Any], None]]]:
         (torch.is_grad_enabled, _C._set_grad_enabled),
         (torch.get_default_dtype, torch.set_default_dtype),
         (_deterministic, _set_deterministic),
+        (_FlushDenormal.get, _FlushDenormal.set),
     ]
     for name in ("mkldnn_enabled", "mkldnn_deterministic", "cudnn_enabled", "cudnn_benchmark",
                  "cudnn_deterministic", "cudnn_allow_tf32", "cublas_allow_tf32",
