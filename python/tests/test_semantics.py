@@ -216,6 +216,15 @@ def test_bytes_that_no_op_wrote_into_an_empty_tensor_are_kept():
     checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
     assert all(checks), checks
 
+def test_an_empty_tensor_filled_through_a_view_stays_recomputable():
+    # A view op reads no values: only a read makes an `empty` a constant.
+    with dtr_torch.budget(64 * MiB) as session:
+        x = torch.empty(N).view(16, -1)
+        x.uniform_()
+        y = x * 2
+    assert session.stats()["constant_peak_bytes"] == 0
+    assert y.shape == (16, N // 16)
+
 def test_a_write_on_the_host_makes_what_was_computed_before_it_stay():
     # `apply_` runs a Python function over the elements with no ATen op: a
     # recomputation gave back the value from before it, and `b` would have

@@ -61,7 +61,8 @@ class OpInfo:
     """One op overload: which arguments it writes, and whether it draws random numbers."""
 
     __slots__ = ("name", "writes", "hidden_writes", "training_arg", "training_name", "seeded",
-                 "nondeterministic", "side_effect_only_writes", "uninitialized", "overwrites")
+                 "nondeterministic", "side_effect_only_writes", "uninitialized", "overwrites",
+                 "view")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         schema = func._schema
@@ -82,6 +83,9 @@ class OpInfo:
         self.nondeterministic = torch.Tag.nondeterministic_bitwise in tags
         self.side_effect_only_writes = schema.name in _SIDE_EFFECT_ONLY_WRITES
         self.uninitialized = schema.name in _UNINITIALIZED
+        # It returns views of its arguments: it reads no values.
+        self.view = any(r.alias_info is not None and not r.alias_info.is_write
+                        for r in schema.returns)
         # (position or None, name) of the arguments written without being
         # read: `out=` arguments, and `self` of the overwriting ops.
         self.overwrites = tuple(

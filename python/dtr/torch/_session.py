@@ -1079,7 +1079,10 @@ class Session:
         did, and the op reads garbage, as stock PyTorch does). A re-run of
         `empty` would not give those bytes back, so each becomes a constant
         first. An op that overwrites one without reading it (`fill_`, an
-        `out=` argument) makes a new version it can recompute."""
+        `out=` argument) makes a new version it can recompute; a view op
+        reads no values."""
+        if info.view:
+            return
         overwritten = ()
         if info.overwrites:
             overwritten = [_storage_of(tensor)._cdata
