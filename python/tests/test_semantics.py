@@ -193,6 +193,21 @@ def test_a_recomputation_runs_under_the_backend_switches_of_the_first_run():
     assert all(checks), checks
 
 
+def stock_and_under_lru(limit, program):
+    """`program`'s results stock and under a budget of `limit` with `lru`
+    (whose choices do not hang on measured op times), and that budget's
+    stats."""
+    expected = program()
+    with dtr_torch.budget(limit, heuristic="lru") as session:
+        actual = program()
+    return expected, actual, session.stats()
+
+
+def assert_all_equal(expected, actual):
+    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
+    assert all(checks), checks
+
+
 def test_bytes_that_no_op_wrote_into_an_empty_tensor_are_kept():
     # `ctc_loss` with lengths given as tuples divides by `at::tensor(lengths)`:
     # an `empty` the dispatch mode sees, filled by a copy it does not. Re-run,
@@ -209,12 +224,10 @@ def test_bytes_that_no_op_wrote_into_an_empty_tensor_are_kept():
         filler = chain(torch.ones(N), 10)
         loss.backward()
         return [loss.detach(), logits.grad.clone(), filler[-1].sum()]
-    expected = program()
-    with dtr_torch.budget(4 * MiB, heuristic="lru") as session:
-        actual = program()
-    assert session.stats()["rematerializations"] > 0
-    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
-    assert all(checks), checks
+    expected, actual, stats = stock_and_under_lru(4 * MiB, program)
+    assert stats["rematerializations"] > 0
+    assert_all_equal(expected, actual)
+
 
 def test_an_empty_tensor_filled_through_a_view_stays_recomputable():
     # A view op reads no values: only a read makes an `empty` a constant.
@@ -224,6 +237,7 @@ def test_an_empty_tensor_filled_through_a_view_stays_recomputable():
         y = x * 2
     assert session.stats()["constant_peak_bytes"] == 0
     assert y.shape == (16, N // 16)
+
 
 def test_a_write_on_the_host_makes_what_was_computed_before_it_stay():
     # `apply_` runs a Python function over the elements with no ATen op: a
@@ -236,12 +250,10 @@ def test_a_write_on_the_host_makes_what_was_computed_before_it_stay():
         a.detach().apply_(lambda v: v + 100)
         filler = chain(torch.ones(N), 10)  # pushes a and b out
         return [a * 1, b * 1, filler[-1].sum()]
-    expected = program()
-    with dtr_torch.budget(4 * MiB, heuristic="lru") as session:
-        actual = program()
-    assert session.stats()["evictions"] > 0
-    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
-    assert all(checks), checks
+    expected, actual, stats = stock_and_under_lru(4 * MiB, program)
+    assert stats["evictions"] > 0
+    assert_all_equal(expected, actual)
+
 
 def test_activations_computed_without_grad_can_be_evicted():
     # Outputs of grad-free ops on constants were constants: an evaluation
@@ -262,7 +274,8 @@ def test_activations_computed_without_grad_can_be_evicted():
     with dtr_torch.budget(limit) as session:
         actual = program()
     assert session.stats()["evictions"] > 0
-    assert all(torch.equal(e, a) for e, a in zip(expected, actual))
+    assert_all_equal(expected, actual)
+
 
 def test_a_recomputation_runs_under_the_denormal_flushing_of_the_first_run():
     # `torch.set_flush_denormal` has no getter: recomputed while flushing,
@@ -279,12 +292,9 @@ def test_a_recomputation_runs_under_the_denormal_flushing_of_the_first_run():
         return [a * 1e30, first, filler[-1].sum()]
     if not torch.set_flush_denormal(False):
         pytest.skip("this CPU cannot flush denormals")
-    expected = program()
-    with dtr_torch.budget(4 * MiB, heuristic="lru") as session:
-        actual = program()
-    assert session.stats()["rematerializations"] > 0
-    checks = [torch.equal(e, a) for e, a in zip(expected, actual)]
-    assert all(checks), checks
+    expected, actual, stats = stock_and_under_lru(4 * MiB, program)
+    assert stats["rematerializations"] > 0
+    assert_all_equal(expected, actual)
 
 
 def test_multi_output_ops_restore_every_output():
