@@ -49,11 +49,15 @@ _UNINITIALIZED = {
     "aten::new_empty", "aten::new_empty_strided",
 }
 
-# In-place ops that overwrite every byte of `self` without reading it.
-_OVERWRITE_SELF = {
-    "aten::fill_", "aten::zero_", "aten::copy_", "aten::uniform_", "aten::normal_",
-    "aten::bernoulli_", "aten::random_", "aten::exponential_", "aten::cauchy_",
-    "aten::log_normal_", "aten::geometric_",
+# The positions of arguments that ops overwrite without reading them:
+# `self` of in-place fills, and the noise `rrelu` draws into (`F.rrelu`
+# passes it `torch.empty_like(input)`).
+_OVERWRITTEN: Dict[str, Tuple[int, ...]] = {
+    **{name: (0,) for name in (
+        "aten::fill_", "aten::zero_", "aten::copy_", "aten::uniform_", "aten::normal_",
+        "aten::bernoulli_", "aten::random_", "aten::exponential_", "aten::cauchy_",
+        "aten::log_normal_", "aten::geometric_")},
+    "aten::rrelu_with_noise": (1,),
 }
 
 
@@ -87,12 +91,12 @@ class OpInfo:
         self.view = any(r.alias_info is not None and not r.alias_info.is_write
                         for r in schema.returns)
         # (position or None, name) of the arguments written without being
-        # read: `out=` arguments, and `self` of the overwriting ops.
+        # read: `out=` arguments, and those of `_OVERWRITTEN`.
+        overwritten = _OVERWRITTEN.get(schema.name, ())
         self.overwrites = tuple(
             (None if arg.kwarg_only else position, arg.name)
             for position, arg in enumerate(schema.arguments)
-            if getattr(arg, "is_out", False)
-            or (position == 0 and schema.name in _OVERWRITE_SELF)
+            if getattr(arg, "is_out", False) or position in overwritten
         )
 
     def overwritten(self, args: tuple, kwargs: dict) -> list:
