@@ -505,9 +505,12 @@ class Session:
             for tensor in self._keep:
                 self._track(tensor)
             self._modules = _ModuleNames().__enter__()
-        if self._guards_host_reads:
+        if self._recording:
+            # Recomputations restore the settings of first runs: follow
+            # those PyTorch gives no getter for.
             with _disable_current_modes():
                 _settings.watch()
+        if self._guards_host_reads:
             _HostReads.enter(self)
         self._mode.__enter__()
         return self
@@ -516,6 +519,7 @@ class Session:
         self._mode.__exit__(*exc)
         if self._guards_host_reads:
             _HostReads.exit(self)
+        if self._recording:
             _settings.unwatch()
         if self._modules is not None:
             self._modules.__exit__(*exc)
