@@ -223,10 +223,12 @@ pub struct StorageInfo {
     /// False for puts and detached tensors: never recomputed, and evicted
     /// only by swapping, from a host copy (`RestoreMode::Swap`, `Hybrid`).
     pub recomputable: bool,
-    /// The program will detach it (a replay knows: a gradient the
-    /// optimiser keeps), after which no eviction can free it: an arena
-    /// places it apart from the storages that come and go (see
-    /// [`Interpreter::expect_detached_outputs`](crate::Interpreter::expect_detached_outputs)).
+    /// The program keeps it (a replay knows): it will detach it (a
+    /// gradient the optimiser keeps), after which no eviction can free it,
+    /// or hold it to its end (an output of a recorded step), when an
+    /// eviction costs its history, which by then is gone. An arena places
+    /// it apart from the storages that come and go (see
+    /// [`Interpreter::expect_lasting_outputs`](crate::Interpreter::expect_lasting_outputs)).
     pub lasting: bool,
 }
 

@@ -176,8 +176,8 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// For an op's outputs, which of the blocks to reserve (one per output
-    /// that is not a view) hold storages the program will make constants
-    /// (see [`StorageInfo::lasting`](crate::graph::StorageInfo::lasting));
+    /// that is not a view) hold storages the program keeps (see
+    /// [`StorageInfo::lasting`](crate::graph::StorageInfo::lasting));
     /// empty when none does, or when there is no arena to place them in.
     fn lasting_outputs(&self, purpose: RoomFor<'_>) -> SmallVec<[bool; 2]> {
         let RoomFor::Op { node, .. } = purpose else {

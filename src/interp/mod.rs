@@ -75,9 +75,9 @@ pub struct Interpreter<B: Backend> {
     /// A replay tells the foresight ([`Interpreter::set_program_time`]):
     /// steps do not.
     foresight_given: bool,
-    /// Which outputs of the next op the program will detach
-    /// ([`Interpreter::expect_detached_outputs`]).
-    detached_next: SmallVec<[bool; 2]>,
+    /// Which outputs of the next op the program keeps
+    /// ([`Interpreter::expect_lasting_outputs`]).
+    lasting_next: SmallVec<[bool; 2]>,
 }
 
 /// Bytes in use, their high-water mark and the budget; in arena mode also
@@ -180,7 +180,7 @@ impl<B: Backend> Interpreter<B> {
             footprint: Default::default(),
             lookahead: None,
             foresight_given: false,
-            detached_next: SmallVec::new(),
+            lasting_next: SmallVec::new(),
         })
     }
 
@@ -207,13 +207,13 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// Which outputs of the next op (`marks[k]` for output `k`) the program
-    /// will detach before releasing them, as a replay knows: a gradient
-    /// the optimiser keeps. In an arena they are placed apart from the
-    /// storages that come and go, since once detached no eviction can free
-    /// them ([`StorageInfo::lasting`]). Other ops are unaffected.
-    pub fn expect_detached_outputs(&mut self, marks: &[bool]) {
-        self.detached_next.clear();
-        self.detached_next.extend_from_slice(marks);
+    /// keeps, as a replay knows: it detaches them (a gradient the optimiser
+    /// keeps) or holds them to its end (the outputs of a recorded step). In
+    /// an arena they are placed apart from the storages that come and go
+    /// ([`StorageInfo::lasting`]). Other ops are unaffected.
+    pub fn expect_lasting_outputs(&mut self, marks: &[bool]) {
+        self.lasting_next.clear();
+        self.lasting_next.extend_from_slice(marks);
     }
 
     /// Makes room for about `tensors` more tensors (and as many storages
@@ -352,7 +352,7 @@ impl<B: Backend> Interpreter<B> {
         cost: Option<u64>,
     ) -> Result<SmallVec<[TensorId; 2]>> {
         // The marks are for this op only, whether or not it runs.
-        let detached = std::mem::take(&mut self.detached_next);
+        let lasting = std::mem::take(&mut self.lasting_next);
         for &t in inputs {
             self.live_tensor(t)?;
         }
@@ -382,7 +382,7 @@ impl<B: Backend> Interpreter<B> {
                 TensorInfo::MAX_OUTPUTS
             )));
         }
-        let node = self.insert_node(op, inputs, signature, &detached);
+        let node = self.insert_node(op, inputs, signature, &lasting);
         self.step_op(node);
         if let Err(error) = self.materialize(node, true) {
             self.remove_failed_node(node);
@@ -683,13 +683,13 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// Adds a node and its (not yet computed) outputs to the graph;
-    /// `detached[k]` marks output `k` as one the program will detach.
+    /// `lasting[k]` marks output `k` as one the program keeps.
     fn insert_node(
         &mut self,
         op: Op,
         inputs: &[TensorId],
         signature: crate::ops::Signature,
-        detached: &[bool],
+        lasting: &[bool],
     ) -> NodeId {
         let applied = self.graph.applied(op, signature);
         let outputs = applied.signature.outputs.clone();
@@ -700,8 +700,7 @@ impl<B: Backend> Interpreter<B> {
                 Some(i) => self.graph.tensors[inputs[i]].storage,
                 None => {
                     let storage = self.new_storage(bytes, true);
-                    self.graph.storages[storage].lasting =
-                        detached.get(k).copied().unwrap_or(false);
+                    self.graph.storages[storage].lasting = lasting.get(k).copied().unwrap_or(false);
                     storage
                 }
             };

@@ -130,8 +130,8 @@ impl<B: Backend> StorageTable<B> {
 
     /// Reserves a block for each of `sizes` if they all fit now; the blocks
     /// belong to no storage until [`StorageTable::install`]. Those marked in
-    /// `lasting` (one mark per size, or none) will become constants: an
-    /// arena places them apart.
+    /// `lasting` (one mark per size, or none) the program keeps: an arena
+    /// places them apart.
     pub(super) fn reserve(&mut self, sizes: &[u64], lasting: &[bool]) -> Option<Vec<Block>> {
         let blocks = self.memory.allocate_all(sizes, lasting)?;
         if let Some(log) = &mut self.log {

@@ -176,12 +176,13 @@ impl Arena {
         self.place(bytes, owner, false)
     }
 
-    /// [`Arena::allocate`], but a `lasting` block (one the program will
-    /// make a constant, which no eviction can then free) goes at the top
-    /// end of the highest free block that holds it, whatever the placement:
-    /// constants made as the program runs (the gradients an optimiser
-    /// keeps) pile up together instead of pinning holes among the storages
-    /// that come and go.
+    /// [`Arena::allocate`], but a `lasting` block (one the program keeps:
+    /// a constant to be, or an output held to its end) goes at the top end
+    /// of the highest free block that holds it, whatever the placement:
+    /// what the program keeps as it runs (the gradients of a step) piles up
+    /// together instead of pinning holes among the storages that come and
+    /// go, where a request for room would evict it, to be rebuilt through
+    /// a history long released.
     fn place(&mut self, bytes: u64, owner: Option<StorageId>, lasting: bool) -> Option<Block> {
         let size = self.aligned(bytes)?;
         if size == 0 {

@@ -103,7 +103,7 @@ pub fn replay_observed<B: Backend>(
         if let Some(foresight) = &mut foresight {
             dtr.set_program_time(foresight.time[index]);
             if let TraceEvent::Apply(apply) = event {
-                foresight.tell_detached_outputs(apply, dtr);
+                foresight.tell_lasting_outputs(apply, dtr);
             }
         }
         let stepped = pin_resident_first(trace, index, dtr, &tensors, &mut pinned_early)
@@ -196,15 +196,18 @@ struct Foresight {
     /// a detach), in order, and how many of them have run.
     reads: Vec<Vec<u32>>,
     done: Vec<u32>,
-    /// The tensors the trace detaches (it keeps them as constants).
-    detached: Vec<bool>,
+    /// The tensors the program keeps: those the trace detaches (they
+    /// become constants) or never releases (its outputs, held to its end).
+    lasting: Vec<bool>,
 }
 
 impl Foresight {
     fn of(trace: &Trace) -> Foresight {
         let mut time = Vec::with_capacity(trace.events.len() + 1);
         let mut reads: Vec<Vec<u32>> = vec![Vec::new(); trace.tensor_count()];
-        let mut detached = vec![false; trace.tensor_count()];
+        let mut lasting = vec![false; trace.tensor_count()];
+        // References held, to find the tensors still held at the end.
+        let mut held = vec![0u32; trace.tensor_count()];
         let mut now = 0u64;
         for (index, event) in trace.events.iter().enumerate() {
             time.push(now);
@@ -212,6 +215,9 @@ impl Foresight {
                 TraceEvent::Apply(apply) => {
                     for &input in &apply.inputs {
                         reads[input as usize].push(index as u32);
+                    }
+                    for output in &apply.outputs {
+                        held[output.tensor as usize] += 1;
                     }
                     now = now.saturating_add(apply.cost);
                 }
@@ -222,10 +228,20 @@ impl Foresight {
                 // rematerialised first.
                 TraceEvent::Detach { tensor } => {
                     reads[*tensor as usize].push(index as u32);
-                    detached[*tensor as usize] = true;
+                    lasting[*tensor as usize] = true;
+                }
+                TraceEvent::Put { tensor, .. } | TraceEvent::Retain { tensor } => {
+                    held[*tensor as usize] += 1;
+                }
+                TraceEvent::Del { tensor } => {
+                    let count = &mut held[*tensor as usize];
+                    *count = count.saturating_sub(1);
                 }
                 _ => {}
             }
+        }
+        for (lasting, &held) in lasting.iter_mut().zip(&held) {
+            *lasting |= held > 0;
         }
         time.push(now);
         let done = vec![0; reads.len()];
@@ -233,18 +249,18 @@ impl Foresight {
             time,
             reads,
             done,
-            detached,
+            lasting,
         }
     }
 
     /// Tells the interpreter which outputs of `apply`, about to run, the
-    /// trace detaches later.
-    fn tell_detached_outputs<B: Backend>(&self, apply: &super::Apply, dtr: &mut Interpreter<B>) {
+    /// program keeps (see [`Foresight::lasting`]).
+    fn tell_lasting_outputs<B: Backend>(&self, apply: &super::Apply, dtr: &mut Interpreter<B>) {
         let marks: smallvec::SmallVec<[bool; 2]> = (apply.outputs.iter())
-            .map(|output| self.detached[output.tensor as usize])
+            .map(|output| self.lasting[output.tensor as usize])
             .collect();
         if marks.contains(&true) {
-            dtr.expect_detached_outputs(&marks);
+            dtr.expect_lasting_outputs(&marks);
         }
     }
 
