@@ -586,6 +586,37 @@ fn preserving_dependents_materialises_and_detaches_them() {
     dtr.check_invariants().unwrap();
 }
 
+/// Only the nearest dependents become constants: one computed from a
+/// detached dependent recomputes from it, a constant holding the old value
+/// it read, so it stays evictable, and its value is the one it had.
+#[test]
+fn preserving_dependents_stops_at_the_nearest_held_ones() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[1.0, 2.0], &[2]).unwrap();
+    let hidden = add_scalar(&mut dtr, x, 1.0);
+    let near = add_scalar(&mut dtr, hidden, 10.0);
+    dtr.del(hidden).unwrap();
+    let far = add_scalar(&mut dtr, near, 100.0);
+    let beside = add_scalar(&mut dtr, x, -1.0);
+    let mut detached = dtr.preserve_dependents(x).unwrap();
+    detached.sort();
+    let mut nearest = vec![near, beside];
+    nearest.sort();
+    assert_eq!(detached, nearest);
+    assert!(
+        !dtr.evict_now(near).unwrap(),
+        "a detached tensor is a constant"
+    );
+    // No history reads `x` any more: released, it is freed at once, and
+    // `far` recomputes from `near`.
+    let before = dtr.memory().in_use_bytes;
+    dtr.del(x).unwrap();
+    assert_eq!(dtr.memory().in_use_bytes, before - 8);
+    assert!(dtr.evict_now(far).unwrap(), "still computed, so evictable");
+    assert_eq!(dtr.get_value(far).unwrap(), vec![112.0, 113.0]);
+    dtr.check_invariants().unwrap();
+}
+
 /// One step of a chain of `length` ops on `x`, reading back the last one:
 /// the evictions under a tight budget follow from its shape alone.
 fn chain_step(dtr: &mut Interpreter<CpuBackend>, x: TensorId, length: usize) -> Vec<f32> {

@@ -357,8 +357,9 @@ impl Engine {
         self.check(result)
     }
 
-    /// Before `tensor` changes in place: materialises and detaches every
-    /// live tensor whose recomputation would read its old value; returns them.
+    /// Before `tensor` changes in place: materialises and detaches the
+    /// nearest live tensors whose recomputation would read its old value
+    /// (those computed from them recompute from them); returns them.
     fn preserve_dependents(&mut self, tensor: u64) -> PyResult<Vec<u64>> {
         let result = self.interp().preserve_dependents(tensor_id(tensor));
         self.check(result)

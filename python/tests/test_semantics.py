@@ -277,6 +277,32 @@ def test_activations_computed_without_grad_can_be_evicted():
     assert_all_equal(expected, actual)
 
 
+def test_a_write_to_a_constant_makes_only_its_nearest_dependents_constants():
+    # Before a tensor that cannot be recomputed changes in place (an
+    # optimiser's step), what was computed from it becomes a constant. Only
+    # the nearest dependents need to: those computed from them recompute
+    # from them. Every tensor downstream became a constant, and a program
+    # that steps while it still holds its activations (a GAN's alternating
+    # steps) could not run below their sum.
+    def program():
+        w = torch.ones(N, requires_grad=True)
+        a = w * 2
+        held = chain(a, 8)  # 8 MiB computed from `a`
+        with torch.no_grad():
+            w.add_(1)
+        filler = chain(torch.ones(N), 4)
+        return [t.sum() for t in held] + [filler[-1].sum(), w.sum()]
+    expected = program()
+    with dtr_torch.budget(None) as tracked:
+        program()
+    # `w` and `a` stay; the 8 MiB after `a` does not have to.
+    assert tracked.stats()["constant_peak_bytes"] <= 3 * MiB
+    with dtr_torch.budget(7 * MiB, heuristic="lru") as session:
+        actual = program()
+    assert session.stats()["rematerializations"] > 0
+    assert_all_equal(expected, actual)
+
+
 def test_a_recomputation_runs_under_the_denormal_flushing_of_the_first_run():
     # `torch.set_flush_denormal` has no getter: recomputed while flushing,
     # denormals came back as zeros.

@@ -490,10 +490,14 @@ impl<B: Backend> Interpreter<B> {
     }
 
     /// Prepares for `tensor`'s value to change outside the interpreter (a
-    /// foreign framework updating a parameter in place): every tensor with
-    /// a user handle whose recomputation would read the old value is
+    /// foreign framework updating a parameter in place): the nearest tensors
+    /// with a user handle whose recomputation would read the old value are
     /// materialised now and [detached](Interpreter::detach), so no history
-    /// needs the old value any more. Returns the tensors it detached.
+    /// needs the old value any more. Those computed from them keep their
+    /// history: it now starts at a constant holding what they read (a
+    /// normalisation's running mean, updated in place, would otherwise make
+    /// every activation after it a constant). Returns the tensors it
+    /// detached.
     pub fn preserve_dependents(&mut self, tensor: TensorId) -> Result<Vec<TensorId>> {
         let storage = self.live_tensor(tensor)?.storage;
         if self.table.host_copy_ready_at(storage).is_some() {
@@ -517,8 +521,9 @@ impl<B: Backend> Interpreter<B> {
                 let info = &self.graph.tensors[output];
                 if info.user_refs > 0 {
                     dependents.push(output);
+                } else {
+                    stack.extend(info.consumers.iter(&self.graph.nodes));
                 }
-                stack.extend(info.consumers.iter(&self.graph.nodes));
             }
         }
         // Detaching one frees only history that no live tensor needs, so
