@@ -211,6 +211,22 @@ fn an_op_that_fragmentation_leaves_without_room_reserves_its_outputs_first() {
     assert!(run.report.peak_bytes <= run.budget_bytes.unwrap());
 }
 
+/// `workload` under `dtr-next` in the plain arena completes at each of
+/// `ratios`, within its budget, at an overhead under `below`.
+fn completes_under_dtr_next_in_the_arena(workload: &Workload, ratios: &[f64], below: f64) {
+    for &ratio in ratios {
+        let run = replayed(workload, "arena", "dtr-next", ratio);
+        assert_eq!(
+            run.report.status,
+            ReplayStatus::Ok,
+            "{ratio}: {:?}",
+            run.report.message
+        );
+        assert!(run.overhead < below, "{ratio}: {}", run.overhead);
+        assert!(run.report.peak_bytes <= run.budget_bytes.unwrap());
+    }
+}
+
 /// The Unrolled GAN under `dtr-next` at 0.17 of its peak in the plain
 /// arena: the rematerialisation guard holds back candidates, and where no
 /// stretch of free and evictable blocks could hold a request, they are
@@ -221,16 +237,7 @@ fn held_back_candidates_return_once_no_stretch_could_hold_the_request() {
     let Some(workload) = prototype("unroll_gan") else {
         return;
     };
-    for ratio in [0.16, 0.17, 0.18] {
-        let run = replayed(&workload, "arena", "dtr-next", ratio);
-        assert_eq!(
-            run.report.status,
-            ReplayStatus::Ok,
-            "{ratio}: {:?}",
-            run.report.message
-        );
-        assert!(run.overhead < 1.4, "{ratio}: {}", run.overhead);
-    }
+    completes_under_dtr_next_in_the_arena(&workload, &[0.16, 0.17, 0.18], 1.4);
 }
 
 /// Split placement (`arena-split`): InceptionV4 with `dtr` at 0.45 of its
@@ -250,6 +257,30 @@ fn small_blocks_kept_apart_leave_room_for_large_ones() {
     assert!(split.overhead < 1.2, "{}", split.overhead);
 }
 
+/// Two 1 KiB gradients, each made from a 2 KiB activation that is then
+/// released: by best fit they land between the activations.
+const GRADIENTS_AMONG_ACTIVATIONS: &str = r#"{"format":"dtr-trace","version":4}
+{"event":"apply","op":"x1","inputs":[],"outputs":[{"id":0,"bytes":2048,"dtype":"f32"}],"cost":10}
+{"event":"apply","op":"g1","inputs":[0],"outputs":[{"id":1,"bytes":1024,"dtype":"f32"}],"cost":10}
+{"event":"apply","op":"x2","inputs":[0],"outputs":[{"id":2,"bytes":2048,"dtype":"f32"}],"cost":10}
+{"event":"del","id":0}
+{"event":"apply","op":"g2","inputs":[2],"outputs":[{"id":3,"bytes":1024,"dtype":"f32"}],"cost":10}
+{"event":"del","id":2}
+"#;
+
+/// `trace` replayed under `heuristic` in a best-fit arena of 8 KiB.
+fn in_an_arena_of_8_kib(
+    trace: &dtr::trace::Trace,
+    heuristic: &str,
+) -> dtr::trace::replay::ReplayReport {
+    let config = dtr::Config::default()
+        .with_heuristic(heuristic)
+        .with_memory(MemoryModel::arena())
+        .with_budget_bytes(8 * 1024);
+    let mut dtr = dtr::Interpreter::new(dtr::SimulatorBackend::new(), config).unwrap();
+    dtr::trace::replay::replay(trace, &mut dtr, dtr::trace::replay::Kernels::Recorded).unwrap()
+}
+
 /// Where a replay knows the program will detach an op's output (a gradient
 /// the optimiser keeps), the arena places it at the top: once detached no
 /// eviction can free it, and between the storages that come and go it
@@ -260,27 +291,16 @@ fn small_blocks_kept_apart_leave_room_for_large_ones() {
 /// hole.
 #[test]
 fn outputs_the_program_will_detach_are_placed_apart() {
-    let text = r#"{"format":"dtr-trace","version":4}
-{"event":"apply","op":"x1","inputs":[],"outputs":[{"id":0,"bytes":2048,"dtype":"f32"}],"cost":10}
-{"event":"apply","op":"g1","inputs":[0],"outputs":[{"id":1,"bytes":1024,"dtype":"f32"}],"cost":10}
-{"event":"apply","op":"x2","inputs":[0],"outputs":[{"id":2,"bytes":2048,"dtype":"f32"}],"cost":10}
-{"event":"del","id":0}
-{"event":"apply","op":"g2","inputs":[2],"outputs":[{"id":3,"bytes":1024,"dtype":"f32"}],"cost":10}
-{"event":"del","id":2}
-{"event":"apply","op":"y","inputs":[1,3],"outputs":[{"id":4,"bytes":6144,"dtype":"f32"}],"cost":10}
+    let text = format!(
+        "{GRADIENTS_AMONG_ACTIVATIONS}{}",
+        r#"{"event":"apply","op":"y","inputs":[1,3],"outputs":[{"id":4,"bytes":6144,"dtype":"f32"}],"cost":10}
 {"event":"detach","id":1}
 {"event":"detach","id":3}
 {"event":"end","events":9}
-"#;
-    let trace = dtr::trace::native::parse("detached.jsonl", text).unwrap();
-    let run = |heuristic: &str| {
-        let config = dtr::Config::default()
-            .with_heuristic(heuristic)
-            .with_memory(MemoryModel::arena())
-            .with_budget_bytes(8 * 1024);
-        let mut dtr = dtr::Interpreter::new(dtr::SimulatorBackend::new(), config).unwrap();
-        dtr::trace::replay::replay(&trace, &mut dtr, dtr::trace::replay::Kernels::Recorded).unwrap()
-    };
+"#
+    );
+    let trace = dtr::trace::native::parse("detached.jsonl", &text).unwrap();
+    let run = |heuristic: &str| in_an_arena_of_8_kib(&trace, heuristic);
     let scattered = run("dtr");
     assert_eq!(scattered.status, ReplayStatus::OutOfMemory);
     let apart = run("dtr-next");
@@ -298,28 +318,17 @@ fn outputs_the_program_will_detach_are_placed_apart() {
 /// the top (`dtr-next`) nothing is evicted for room.
 #[test]
 fn outputs_the_program_holds_to_its_end_are_placed_apart() {
-    let text = r#"{"format":"dtr-trace","version":4}
-{"event":"apply","op":"x1","inputs":[],"outputs":[{"id":0,"bytes":2048,"dtype":"f32"}],"cost":10}
-{"event":"apply","op":"g1","inputs":[0],"outputs":[{"id":1,"bytes":1024,"dtype":"f32"}],"cost":10}
-{"event":"apply","op":"x2","inputs":[0],"outputs":[{"id":2,"bytes":2048,"dtype":"f32"}],"cost":10}
-{"event":"del","id":0}
-{"event":"apply","op":"g2","inputs":[2],"outputs":[{"id":3,"bytes":1024,"dtype":"f32"}],"cost":10}
-{"event":"del","id":2}
-{"event":"apply","op":"y","inputs":[],"outputs":[{"id":4,"bytes":6144,"dtype":"f32"}],"cost":10}
+    let text = format!(
+        "{GRADIENTS_AMONG_ACTIVATIONS}{}",
+        r#"{"event":"apply","op":"y","inputs":[],"outputs":[{"id":4,"bytes":6144,"dtype":"f32"}],"cost":10}
 {"event":"del","id":4}
 {"event":"get","id":1}
 {"event":"get","id":3}
 {"event":"end","events":10}
-"#;
-    let trace = dtr::trace::native::parse("held.jsonl", text).unwrap();
-    let run = |heuristic: &str| {
-        let config = dtr::Config::default()
-            .with_heuristic(heuristic)
-            .with_memory(MemoryModel::arena())
-            .with_budget_bytes(8 * 1024);
-        let mut dtr = dtr::Interpreter::new(dtr::SimulatorBackend::new(), config).unwrap();
-        dtr::trace::replay::replay(&trace, &mut dtr, dtr::trace::replay::Kernels::Recorded).unwrap()
-    };
+"#
+    );
+    let trace = dtr::trace::native::parse("held.jsonl", &text).unwrap();
+    let run = |heuristic: &str| in_an_arena_of_8_kib(&trace, heuristic);
     let scattered = run("dtr");
     assert_eq!(
         scattered.status,
@@ -349,15 +358,5 @@ fn held_gradients_at_the_top_keep_inceptionv4_from_thrashing_in_the_pins() {
     let Some(workload) = prototype("inceptionv4") else {
         return;
     };
-    for ratio in [0.37, 0.38, 0.39] {
-        let run = replayed(&workload, "arena", "dtr-next", ratio);
-        assert_eq!(
-            run.report.status,
-            ReplayStatus::Ok,
-            "{ratio}: {:?}",
-            run.report.message
-        );
-        assert!(run.overhead < 1.5, "{ratio}: {}", run.overhead);
-        assert!(run.report.peak_bytes <= run.budget_bytes.unwrap());
-    }
+    completes_under_dtr_next_in_the_arena(&workload, &[0.37, 0.38, 0.39], 1.5);
 }
