@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use dtr::{
-    BinaryOp, Config, CpuBackend, Error, Event, Interpreter, Observer, Op, RunEvent, ScalarOp,
-    Stats, TensorId, UnaryOp,
+    BinaryOp, Config, CpuBackend, Error, Event, Interpreter, Observer, Op, ReduceOp, RunEvent,
+    ScalarOp, Stats, TensorId, UnaryOp,
 };
 
 fn interpreter(config: Config) -> Interpreter<CpuBackend> {
@@ -588,7 +588,8 @@ fn preserving_dependents_materialises_and_detaches_them() {
 
 /// Only the nearest dependents become constants: one computed from a
 /// detached dependent recomputes from it, a constant holding the old value
-/// it read, so it stays evictable, and its value is the one it had.
+/// it read, so it stays evictable, and its value is the one it had. One
+/// smaller than the constant it would keep alive is detached as well.
 #[test]
 fn preserving_dependents_stops_at_the_nearest_held_ones() {
     let mut dtr = interpreter(Config::default());
@@ -597,12 +598,19 @@ fn preserving_dependents_stops_at_the_nearest_held_ones() {
     let near = add_scalar(&mut dtr, hidden, 10.0);
     dtr.del(hidden).unwrap();
     let far = add_scalar(&mut dtr, near, 100.0);
+    let sum = Op::Reduce {
+        op: ReduceOp::Sum,
+        axis: 0,
+        keepdim: false,
+    };
+    let total = dtr.apply_op_with_cost(sum, &[far], 1).unwrap()[0];
     let beside = add_scalar(&mut dtr, x, -1.0);
     let mut detached = dtr.preserve_dependents(x).unwrap();
     detached.sort();
-    let mut nearest = vec![near, beside];
-    nearest.sort();
-    assert_eq!(detached, nearest);
+    let mut cut = vec![near, beside, total];
+    cut.sort();
+    assert_eq!(detached, cut);
+    assert_eq!(dtr.get_value(total).unwrap(), vec![225.0]);
     assert!(
         !dtr.evict_now(near).unwrap(),
         "a detached tensor is a constant"

@@ -303,6 +303,27 @@ def test_a_write_to_a_constant_makes_only_its_nearest_dependents_constants():
     assert_all_equal(expected, actual)
 
 
+def test_a_small_tensor_does_not_keep_a_large_constant_alive():
+    # Where a write made an activation a constant, a small tensor held after
+    # it (a loss) that stayed recomputable from it kept the whole activation
+    # alive once the program let it go: it becomes a constant itself.
+    def program():
+        w = torch.ones(N, requires_grad=True)
+        a = w * 2
+        total = (a * 3).sum()  # 4 bytes, computed from `a`
+        with torch.no_grad():
+            w.add_(1)  # `a` becomes a constant, and `total` with it
+        del a  # now nothing needs it
+        filler = chain(torch.ones(N), 6)
+        return [total, filler[-1].sum()]
+    expected = program()
+    with dtr_torch.budget(None) as tracked:
+        actual = program()
+    assert_all_equal(expected, actual)
+    # `w` and the filler's 7 MiB and one temporary (`x * 1.01`), not `a`.
+    assert tracked.stats()["peak_bytes"] < 9.5 * MiB
+
+
 def test_a_recomputation_runs_under_the_denormal_flushing_of_the_first_run():
     # `torch.set_flush_denormal` has no getter: recomputed while flushing,
     # denormals came back as zeros.

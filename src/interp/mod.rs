@@ -494,10 +494,11 @@ impl<B: Backend> Interpreter<B> {
     /// with a user handle whose recomputation would read the old value are
     /// materialised now and [detached](Interpreter::detach), so no history
     /// needs the old value any more. Those computed from them keep their
-    /// history: it now starts at a constant holding what they read (a
-    /// normalisation's running mean, updated in place, would otherwise make
-    /// every activation after it a constant). Returns the tensors it
-    /// detached.
+    /// history, which now starts at a constant (a chain of activations
+    /// held while its weight changes stays evictable), unless they are
+    /// smaller than it: a recomputable tensor keeps the constants it is
+    /// computed from alive, and a loss held to the end would keep a whole
+    /// activation. Those are detached too. Returns the tensors it detached.
     pub fn preserve_dependents(&mut self, tensor: TensorId) -> Result<Vec<TensorId>> {
         let storage = self.live_tensor(tensor)?.storage;
         if self.table.host_copy_ready_at(storage).is_some() {
@@ -531,7 +532,42 @@ impl<B: Backend> Interpreter<B> {
         for &dependent in &dependents {
             self.detach(dependent)?;
         }
+        let smaller = self.held_below_smaller_than_their_root(&dependents);
+        for &dependent in &smaller {
+            self.detach(dependent)?;
+        }
+        dependents.extend(smaller);
         Ok(dependents)
+    }
+
+    /// The tensors with a user handle computed from `roots` (constants)
+    /// that are smaller than the root they were reached from, each the
+    /// first such on its path: detached, they no longer keep the root
+    /// alive. Detaching more is always safe; this only saves memory.
+    fn held_below_smaller_than_their_root(&self, roots: &[TensorId]) -> Vec<TensorId> {
+        let graph = &self.graph;
+        let bytes_of = |t: TensorId| graph.storages[graph.tensors[t].storage].bytes;
+        let mut visited: SecondaryMap<NodeId, ()> = SecondaryMap::new();
+        let mut found = Vec::new();
+        for &root in roots {
+            let limit = bytes_of(root);
+            let mut stack: Vec<NodeId> = graph.tensors[root].consumers.iter(&graph.nodes).collect();
+            while let Some(node) = stack.pop() {
+                if visited.insert(node, ()).is_some() {
+                    continue;
+                }
+                for output in graph.nodes[node].live_outputs() {
+                    let info = &graph.tensors[output];
+                    let is_root = graph.storages[info.storage].tensors[0] == output;
+                    if info.user_refs > 0 && is_root && bytes_of(output) < limit {
+                        found.push(output);
+                    } else {
+                        stack.extend(info.consumers.iter(&graph.nodes));
+                    }
+                }
+            }
+        }
+        found
     }
 
     /// Undoes one [`Interpreter::pin`].
