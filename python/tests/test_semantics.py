@@ -282,8 +282,8 @@ def test_a_write_to_a_constant_makes_only_its_nearest_dependents_constants():
     # optimiser's step), what was computed from it becomes a constant. Only
     # the nearest dependents need to: those computed from them recompute
     # from them. Every tensor downstream became a constant, and a program
-    # that steps while it still holds its activations (a GAN's alternating
-    # steps) could not run below their sum.
+    # that updates a weight while it still holds a chain computed from it
+    # could not run below the chain's bytes.
     def program():
         w = torch.ones(N, requires_grad=True)
         a = w * 2
