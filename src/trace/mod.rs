@@ -123,12 +123,24 @@ pub struct Trace {
     pub lines: Vec<usize>,
     /// Bytes of each tensor's storage (the aliased storage for views).
     pub storage_bytes: Vec<u64>,
+    /// Whether each tensor is still referenced after the last event: an
+    /// output of the program (see [`Trace::held_to_end`]).
+    held_to_end: Vec<bool>,
 }
 
 impl Trace {
     /// Number of tensors the trace makes (puts and op outputs).
     pub fn tensor_count(&self) -> usize {
         self.storage_bytes.len()
+    }
+
+    /// Whether the program never releases `tensor`: it holds it to its end
+    /// (an output, such as the gradients the authors' logs pin there).
+    pub fn held_to_end(&self, tensor: TraceTensor) -> bool {
+        self.held_to_end
+            .get(tensor as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// `file:line: message` for event `index`.
@@ -449,6 +461,7 @@ impl TraceBuilder {
     }
 
     pub fn finish(mut self) -> Trace {
+        self.trace.held_to_end = self.refs.iter().map(|&refs| refs > 0).collect();
         self.trace.events.shrink_to_fit();
         self.trace.lines.shrink_to_fit();
         self.trace.storage_bytes.shrink_to_fit();

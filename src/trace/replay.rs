@@ -205,9 +205,9 @@ impl Foresight {
     fn of(trace: &Trace) -> Foresight {
         let mut time = Vec::with_capacity(trace.events.len() + 1);
         let mut reads: Vec<Vec<u32>> = vec![Vec::new(); trace.tensor_count()];
-        let mut lasting = vec![false; trace.tensor_count()];
-        // References held, to find the tensors still held at the end.
-        let mut held = vec![0u32; trace.tensor_count()];
+        let mut lasting: Vec<bool> = (0..trace.tensor_count())
+            .map(|t| trace.held_to_end(t as TraceTensor))
+            .collect();
         let mut now = 0u64;
         for (index, event) in trace.events.iter().enumerate() {
             time.push(now);
@@ -215,9 +215,6 @@ impl Foresight {
                 TraceEvent::Apply(apply) => {
                     for &input in &apply.inputs {
                         reads[input as usize].push(index as u32);
-                    }
-                    for output in &apply.outputs {
-                        held[output.tensor as usize] += 1;
                     }
                     now = now.saturating_add(apply.cost);
                 }
@@ -230,18 +227,8 @@ impl Foresight {
                     reads[*tensor as usize].push(index as u32);
                     lasting[*tensor as usize] = true;
                 }
-                TraceEvent::Put { tensor, .. } | TraceEvent::Retain { tensor } => {
-                    held[*tensor as usize] += 1;
-                }
-                TraceEvent::Del { tensor } => {
-                    let count = &mut held[*tensor as usize];
-                    *count = count.saturating_sub(1);
-                }
                 _ => {}
             }
-        }
-        for (lasting, &held) in lasting.iter_mut().zip(&held) {
-            *lasting |= held > 0;
         }
         time.push(now);
         let done = vec![0; reads.len()];
