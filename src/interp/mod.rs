@@ -508,66 +508,37 @@ impl<B: Backend> Interpreter<B> {
             self.table.drop_host_copy(storage);
             self.table.refresh_candidacy(&self.graph, storage);
         }
-        let mut visited: SecondaryMap<NodeId, ()> = SecondaryMap::new();
-        let mut stack: Vec<NodeId> = Vec::new();
-        for &t in &self.graph.storages[storage].tensors {
-            stack.extend(self.graph.tensors[t].consumers.iter(&self.graph.nodes));
-        }
-        let mut dependents: Vec<TensorId> = Vec::new();
-        while let Some(node) = stack.pop() {
-            if visited.insert(node, ()).is_some() {
-                continue;
-            }
-            for output in self.graph.nodes[node].live_outputs() {
-                let info = &self.graph.tensors[output];
-                if info.user_refs > 0 {
-                    dependents.push(output);
-                } else {
-                    stack.extend(info.consumers.iter(&self.graph.nodes));
-                }
-            }
-        }
+        let graph = &self.graph;
+        let readers = (graph.storages[storage].tensors.iter())
+            .flat_map(|&t| graph.tensors[t].consumers.iter(&graph.nodes));
+        let held = |t: TensorId| graph.tensors[t].user_refs > 0;
+        let mut dependents = first_on_each_path(graph, readers, &mut SecondaryMap::new(), held);
         // Detaching one frees only history that no live tensor needs, so
         // the others' histories are intact.
         for &dependent in &dependents {
             self.detach(dependent)?;
         }
-        let smaller = self.held_below_smaller_than_their_root(&dependents);
+        // Then those below them that are smaller than the one they were
+        // reached from: detached, they no longer keep it alive. Detaching
+        // more is always safe; this only saves memory.
+        let graph = &self.graph;
+        let held = |t: TensorId| graph.tensors[t].user_refs > 0;
+        let bytes_of = |t: TensorId| graph.storages[graph.tensors[t].storage].bytes;
+        let mut visited = SecondaryMap::new();
+        let mut smaller = Vec::new();
+        for &root in &dependents {
+            let readers = graph.tensors[root].consumers.iter(&graph.nodes);
+            let below = |t: TensorId| {
+                let storage_root = graph.storages[graph.tensors[t].storage].tensors[0] == t;
+                held(t) && storage_root && bytes_of(t) < bytes_of(root)
+            };
+            smaller.extend(first_on_each_path(graph, readers, &mut visited, below));
+        }
         for &dependent in &smaller {
             self.detach(dependent)?;
         }
         dependents.extend(smaller);
         Ok(dependents)
-    }
-
-    /// The tensors with a user handle computed from `roots` (constants)
-    /// that are smaller than the root they were reached from, each the
-    /// first such on its path: detached, they no longer keep the root
-    /// alive. Detaching more is always safe; this only saves memory.
-    fn held_below_smaller_than_their_root(&self, roots: &[TensorId]) -> Vec<TensorId> {
-        let graph = &self.graph;
-        let bytes_of = |t: TensorId| graph.storages[graph.tensors[t].storage].bytes;
-        let mut visited: SecondaryMap<NodeId, ()> = SecondaryMap::new();
-        let mut found = Vec::new();
-        for &root in roots {
-            let limit = bytes_of(root);
-            let mut stack: Vec<NodeId> = graph.tensors[root].consumers.iter(&graph.nodes).collect();
-            while let Some(node) = stack.pop() {
-                if visited.insert(node, ()).is_some() {
-                    continue;
-                }
-                for output in graph.nodes[node].live_outputs() {
-                    let info = &graph.tensors[output];
-                    let is_root = graph.storages[info.storage].tensors[0] == output;
-                    if info.user_refs > 0 && is_root && bytes_of(output) < limit {
-                        found.push(output);
-                    } else {
-                        stack.extend(info.consumers.iter(&graph.nodes));
-                    }
-                }
-            }
-        }
-        found
     }
 
     /// Undoes one [`Interpreter::pin`].
@@ -879,4 +850,31 @@ impl<B: Backend> Interpreter<B> {
         }
         Ok(())
     }
+}
+
+/// The tensors that `stop` picks among the outputs of `readers` and of the
+/// nodes downstream of them, each the first so picked on its path: the
+/// walk goes on only through outputs not picked. Nodes in `visited` are
+/// passed over (and every node walked is added).
+fn first_on_each_path(
+    graph: &Graph,
+    readers: impl Iterator<Item = NodeId>,
+    visited: &mut SecondaryMap<NodeId, ()>,
+    stop: impl Fn(TensorId) -> bool,
+) -> Vec<TensorId> {
+    let mut stack: Vec<NodeId> = readers.collect();
+    let mut found = Vec::new();
+    while let Some(node) = stack.pop() {
+        if visited.insert(node, ()).is_some() {
+            continue;
+        }
+        for output in graph.nodes[node].live_outputs() {
+            if stop(output) {
+                found.push(output);
+            } else {
+                stack.extend(graph.tensors[output].consumers.iter(&graph.nodes));
+            }
+        }
+    }
+    found
 }
