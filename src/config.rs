@@ -270,6 +270,17 @@ pub struct Config {
     /// same. Off by default: the DTR authors' simulator pins in log order.
     /// Replays under `dtr-next` turn it on.
     pub pin_resident_first: bool,
+    /// When nothing else can make room, free a constant that no handle
+    /// holds but the history of held tensors still reads (a batch the
+    /// program has let go of, an index tensor an op made) by detaching
+    /// those tensors: the nearest held one on each path, when all are
+    /// resident and together smaller than the constant. They are then
+    /// never evicted, but the budget holds. Stock PyTorch frees such a
+    /// constant once the backward pass is done with it, so without this a
+    /// budget at stock PyTorch's peak can run out of memory. Off by
+    /// default (replays keep the DTR authors' numbers); the `dtr` Python
+    /// package turns it on.
+    pub free_constants_by_detaching: bool,
     /// How evicted storages come back: recomputed (DTR's drop), copied
     /// back from host memory, or whichever is cheaper.
     pub restore: RestoreMode,
@@ -306,6 +317,7 @@ impl Default for Config {
             min_evictable_bytes: 0,
             keep_needed_history: false,
             pin_resident_first: false,
+            free_constants_by_detaching: false,
             restore: RestoreMode::Drop,
             swap: SwapConfig::default(),
             move_bandwidth: MOVE_BANDWIDTH,
@@ -430,6 +442,12 @@ impl Config {
     /// See [`Config::pin_resident_first`].
     pub fn with_resident_pinned_first(mut self, first: bool) -> Config {
         self.pin_resident_first = first;
+        self
+    }
+
+    /// See [`Config::free_constants_by_detaching`].
+    pub fn with_constants_freed_by_detaching(mut self, free: bool) -> Config {
+        self.free_constants_by_detaching = free;
         self
     }
 

@@ -625,6 +625,40 @@ fn preserving_dependents_stops_at_the_nearest_held_ones() {
     dtr.check_invariants().unwrap();
 }
 
+/// A constant the program let go of, that only the history of a small held
+/// tensor reads: out of memory, it is freed by detaching that tensor.
+#[test]
+fn out_of_memory_frees_a_constant_only_history_holds_by_detaching() {
+    let run = |free: bool| {
+        let config = Config::default()
+            .with_budget_bytes(6 * 4 + 4)
+            .with_constants_freed_by_detaching(free);
+        let mut dtr = interpreter(config);
+        let x = dtr.put(&[1.0, 2.0, 3.0], &[3]).unwrap();
+        let doubled = add_scalar(&mut dtr, x, 1.0);
+        let sum = Op::Reduce {
+            op: ReduceOp::Sum,
+            axis: 0,
+            keepdim: false,
+        };
+        let total = dtr.apply_op_with_cost(sum, &[doubled], 1).unwrap()[0];
+        dtr.del(doubled).unwrap();
+        dtr.del(x).unwrap(); // kept: `total`'s history reads it
+        let y = dtr.put(&[0.0; 6], &[6]);
+        (dtr, total, y)
+    };
+    let (dtr, _, y) = run(false);
+    assert!(matches!(y, Err(Error::OutOfMemory { .. })), "{y:?}");
+    dtr.check_invariants().unwrap();
+
+    let (mut dtr, total, y) = run(true);
+    assert!(y.is_ok(), "{y:?}");
+    assert!(!dtr.evict_now(total).unwrap(), "detached: a constant");
+    assert_eq!(dtr.get_value(total).unwrap(), vec![9.0]);
+    assert!(dtr.memory().peak_bytes <= 6 * 4 + 4);
+    dtr.check_invariants().unwrap();
+}
+
 /// One step of a chain of `length` ops on `x`, reading back the last one:
 /// the evictions under a tight budget follow from its shape alone.
 fn chain_step(dtr: &mut Interpreter<CpuBackend>, x: TensorId, length: usize) -> Vec<f32> {

@@ -136,6 +136,19 @@ impl Backend for TorchBackend {
             self.forgotten.push(recorded.call);
         }
     }
+
+    fn made_constant(&mut self, tensor: TensorId) {
+        // At once: the host must keep the buffer alive for the calls that
+        // read it before the program can drop its last reference.
+        Python::attach(|py| {
+            if let Err(error) = self
+                .host
+                .call_method1(py, "made_constant", (handle(tensor),))
+            {
+                error.write_unraisable(py, None);
+            }
+        });
+    }
 }
 
 fn handle(tensor: TensorId) -> u64 {
@@ -244,7 +257,9 @@ impl Engine {
         .with_seed(seed)
         .with_budget(budget_bytes.into())
         .with_remat_memory_guard(remat_memory_guard)
-        .with_min_evictable_bytes(min_evictable_bytes);
+        .with_min_evictable_bytes(min_evictable_bytes)
+        // Stock PyTorch frees what only the history here would keep.
+        .with_constants_freed_by_detaching(true);
         let backend = TorchBackend {
             host,
             ran: None,

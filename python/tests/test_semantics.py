@@ -559,3 +559,40 @@ def test_a_model_keeps_training_across_contexts():
             losses.append(step(model, opt))
     for e, a in zip(expected, losses):
         assert torch.equal(e, a)
+
+
+def test_a_budget_of_the_tracked_peak_frees_constants_only_history_holds():
+    """`EmbeddingBag` makes its own offsets, a small index tensor kept as a
+    constant. Stock PyTorch frees them once the backward pass has read them;
+    here the loss's history still reads them, and at a budget of the peak
+    tracked without one, the embedding's gradient had no room. Out of memory,
+    the session hands such constants to the engine, which frees them by
+    detaching the loss."""
+    from test_budget import assert_bitwise, train
+
+    class Bags(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(1000, 64)
+            self.bag = torch.nn.EmbeddingBag(1000, 64, mode="mean")
+            self.head = torch.nn.Linear(64, 10)
+
+        def forward(self, ids):
+            return self.head(self.embedding(ids).mean(1) + self.bag(ids))
+
+    torch.manual_seed(0)
+    model = Bags()
+    batches = [(torch.randint(0, 1000, (256, 20)), torch.randint(0, 10, (256,)))
+               for _ in range(2)]
+
+    def loss(m, b):
+        return torch.nn.functional.cross_entropy(m(b[0]), b[1])
+
+    def adam(p):
+        return torch.optim.Adam(p, lr=1e-3)
+
+    stock = train(model, adam, batches, loss)
+    peak = train(model, adam, batches, loss, limit=None)[3].stats()["peak_bytes"]
+    run = train(model, adam, batches, loss, limit=peak)
+    assert_bitwise(stock, run)
+    assert run[3].stats()["peak_bytes"] <= peak

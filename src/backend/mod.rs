@@ -12,6 +12,7 @@ pub mod wgpu;
 use smallvec::SmallVec;
 
 use crate::error::Result;
+use crate::graph::TensorId;
 use crate::memory::Block;
 use crate::ops::{Op, Signature};
 use crate::shape::Layout;
@@ -76,6 +77,15 @@ pub trait Backend: 'static {
     /// calls) may drop them. The default does nothing.
     fn forget(&mut self, op: &Op) {
         let _ = op;
+    }
+
+    /// The interpreter detached `tensor` on its own, to free a constant
+    /// only its history held (see
+    /// [`Config::free_constants_by_detaching`](crate::Config::free_constants_by_detaching)):
+    /// a backend whose host keeps constants' buffers alive for the ops
+    /// that read them must now do so for this one. The default does nothing.
+    fn made_constant(&mut self, tensor: TensorId) {
+        let _ = tensor;
     }
 
     /// Whether [`Backend::read`] and [`Backend::upload`] can move a storage's

@@ -29,7 +29,9 @@ pub(super) enum RoomFor<'a> {
 impl<B: Backend> Interpreter<B> {
     /// Allocates a block for each of `sizes`, evicting as the policy
     /// chooses until they all fit. Fails, evicting nothing, when even
-    /// evicting every candidate could not make them fit; fails after
+    /// evicting every candidate could not make them fit (unless, as a last
+    /// resort, [freeing a constant only history
+    /// holds](Interpreter::free_a_constant_by_detaching) makes room); fails after
     /// evicting when fragmentation leaves no room. With
     /// [`Config::remat_memory_guard`](crate::Config::remat_memory_guard), victims whose
     /// rematerialisation could not fit are held back while others remain.
@@ -125,6 +127,9 @@ impl<B: Backend> Interpreter<B> {
                     self.leave_by_copy(storage);
                     self.table.refresh_candidacy(&self.graph, storage);
                 }
+                continue;
+            }
+            if stuck && self.free_a_constant_by_detaching() {
                 continue;
             }
             if stuck {

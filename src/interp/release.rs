@@ -8,6 +8,8 @@
 use super::Interpreter;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use slotmap::SecondaryMap;
+
 use crate::graph::{NodeId, StorageId, TensorId};
 
 /// The most evicted storages [`Interpreter::needed_by_evicted_live`] visits.
@@ -121,6 +123,73 @@ impl<B: Backend> Interpreter<B> {
         self.free_all(unneeded);
         self.observe(super::TensorInstruction::Detach, tensor);
         Ok(())
+    }
+
+    /// The last resort before running out of memory, under
+    /// [`Config::free_constants_by_detaching`](crate::Config::free_constants_by_detaching):
+    /// frees the largest constant that no handle holds but the history of
+    /// held tensors still reads, by detaching the nearest held tensor on
+    /// each path from it, when all of them are resident and those that
+    /// could be evicted now (not in use by a running op) take fewer bytes
+    /// than it: they never will be again. Returns whether one was freed.
+    pub(super) fn free_a_constant_by_detaching(&mut self) -> bool {
+        if !self.config.free_constants_by_detaching {
+            return false;
+        }
+        let (graph, table) = (&self.graph, &self.table);
+        let held = |t: TensorId| graph.tensors[t].user_refs > 0;
+        let evictable_bytes = |t: TensorId| {
+            let storage = graph.tensors[t].storage;
+            if table.is_locked(storage) || table.is_pinned(storage) {
+                0
+            } else {
+                graph.storages[storage].bytes
+            }
+        };
+        // Detaching needs the value, and a storage's root: a view cannot be.
+        let detachable = |t: TensorId| {
+            graph.tensors[t].defined && graph.storages[graph.tensors[t].storage].tensors[0] == t
+        };
+        let mut best: Option<(StorageId, Vec<TensorId>)> = None;
+        for (storage, info) in &graph.storages {
+            let larger = best
+                .as_ref()
+                .is_none_or(|(chosen, _)| info.bytes > graph.storages[*chosen].bytes);
+            if !larger
+                || info.recomputable
+                || !info.is_resident()
+                || table.is_locked(storage)
+                || table.is_pinned(storage)
+                || info.tensors.iter().any(|&t| held(t))
+            {
+                continue;
+            }
+            let readers =
+                (info.tensors.iter()).flat_map(|&t| graph.tensors[t].consumers.iter(&graph.nodes));
+            let dependents =
+                super::first_on_each_path(graph, readers, &mut SecondaryMap::new(), held);
+            let bytes = dependents.iter().map(|&t| evictable_bytes(t)).sum::<u64>();
+            if !dependents.is_empty()
+                && bytes < info.bytes
+                && dependents.iter().all(|&t| detachable(t))
+            {
+                best = Some((storage, dependents));
+            }
+        }
+        let Some((storage, dependents)) = best else {
+            return false;
+        };
+        let bytes = self.graph.storages[storage].bytes;
+        let _span = tracing::debug_span!(target: "dtr::evict", "free_constant", bytes).entered();
+        for &dependent in &dependents {
+            if self.detach(dependent).is_err() {
+                break; // defined and a root, so this does not happen
+            }
+            self.backend.made_constant(dependent);
+        }
+        let freed = !self.graph.storages.contains_key(storage);
+        tracing::debug!(target: "dtr::evict", bytes, detached = dependents.len(), freed, "freed a constant only history held");
+        freed
     }
 
     /// Frees `tensor` (no handles, no consumers) and then every input that

@@ -32,6 +32,7 @@ queued and handed to the engine at the next op, never re-entering it.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 import weakref
@@ -64,7 +65,7 @@ class _Slot:
     """One torch storage under the session: the engine tensor of its current value."""
 
     __slots__ = ("key", "ref", "handle", "nbytes", "buf", "resident", "constant", "readers",
-                 "shared", "copy", "copy_storage", "unfilled")
+                 "shared", "copy", "copy_storage", "unfilled", "only_history")
 
     def __init__(self, key: int, nbytes: int) -> None:
         self.key = key
@@ -87,6 +88,10 @@ class _Slot:
         # Made by an op that leaves its memory uninitialised (`empty`), and
         # read by no op since: see `Session._reading_unfilled`.
         self.unfilled = False
+        # A constant whose storage only recorded calls keep alive, its handle
+        # handed to the engine as history (see
+        # `Session._hand_over_what_only_history_holds`).
+        self.only_history = False
 
     def storage(self) -> Optional[torch.UntypedStorage]:
         """The torch storage, or None once it has died. One reached through
@@ -543,7 +548,7 @@ class Session:
         self._closed_stats = self.stats()
         engine.set_budget(None)
         for slot in list(self._slots.values()):
-            if not slot.resident and slot.storage() is not None:
+            if not (slot.resident or slot.only_history) and slot.storage() is not None:
                 engine.ensure_resident(slot.handle)
         for hook in self._grad_hooks:
             hook.remove()
@@ -756,6 +761,8 @@ class Session:
                 if slot.unfilled:
                     slot.unfilled = False
                     self._unfilled -= 1
+                if slot.only_history:
+                    continue  # its handle was released then
                 if self._slot_of_handle.get(slot.handle) is slot:
                     del self._slot_of_handle[slot.handle]
                 engine.release(slot.handle)
@@ -866,11 +873,49 @@ class Session:
         return max(parents, key=lambda name: (name.count("."), name))
 
     def _engine_call(self, method, op: str, what: str, *args):
-        """Calls the engine for ATen op `op`, raising `dtr.OutOfMemory` naming it."""
+        """Calls the engine for ATen op `op`, raising `dtr.OutOfMemory` naming
+        it; out of memory, tries once more after handing the engine the
+        constants that only history keeps alive."""
+        try:
+            return method(*args)
+        except _native.OutOfMemoryError as error:
+            thrashing = error.args[1] == "recomputation"
+            if thrashing or not self._hand_over_what_only_history_holds():
+                raise self._out_of_memory(error, op, what) from None
         try:
             return method(*args)
         except _native.OutOfMemoryError as error:
             raise self._out_of_memory(error, op, what) from None
+
+    def _hand_over_what_only_history_holds(self) -> bool:
+        """Releases the handles of constants whose storage nothing but
+        recorded calls (`_Call.keep`) holds: no tensor, no other Python
+        reference. Stock PyTorch would have freed them (an index tensor an
+        op made, a batch the program let go of); to the engine they are now
+        history, which it frees when no eviction can make room by detaching
+        the tensors computed from them (`dtr::Config::free_constants_by_detaching`).
+        Returns whether there was any. Run only out of memory: it counts
+        references across every live call."""
+        keeps: Dict[int, int] = {}
+        for call in self._calls.values():
+            if call.live:
+                for storage in call.keep:
+                    keeps[id(storage)] = keeps.get(id(storage), 0) + 1
+        handed = False
+        for slot in list(self._slot_of_handle.values()):
+            if not slot.constant:
+                continue
+            storage = slot.storage()
+            kept = keeps.get(id(storage), 0) if storage is not None else 0
+            # Python references: the calls', `storage` here, and getrefcount's own.
+            if (kept == 0 or sys.getrefcount(storage) != kept + 2
+                    or torch._C._storage_Use_Count(storage._cdata) != 1):
+                continue
+            slot.only_history = True
+            del self._slot_of_handle[slot.handle]
+            self._engine.release(slot.handle)
+            handed = True
+        return handed
 
     @staticmethod
     def _out_of_memory(error: Exception, op: str, what: str) -> OutOfMemory:
@@ -948,6 +993,14 @@ class Session:
             outputs.append(slot.buf)
         self._remat_ns += _perf_ns() - start
         return outputs
+
+    def made_constant(self, handle: int) -> None:
+        """The engine detached a held tensor on its own, to free a constant
+        that only its history kept (see
+        `dtr::Config::free_constants_by_detaching`)."""
+        slot = self._slot_of_handle.get(handle)
+        if slot is not None:
+            self._made_constant(slot)
 
     def release(self, buffer) -> None:
         """Frees one buffer: a current storage shrinks to zero bytes."""
@@ -1203,17 +1256,15 @@ class Session:
         else:
             cost = least
         try:
-            handles = engine.apply(
+            handles = self._engine_call(
+                engine.apply, info.name, "making room for its outputs",
                 call_id, info.name, [slot.handle for slot in inputs], buffers,
                 sizes, cost,
                 self._module() if self._modules is not None else None,
             )
-        except BaseException as error:
+        except BaseException:
             for slot in fresh:  # never tracked: the caller gets no result
                 self._forget_new_slot(slot)
-            if isinstance(error, _native.OutOfMemoryError):
-                raise self._out_of_memory(error, info.name, "making room for its outputs") \
-                    from None
             raise
         slot_of_handle = self._slot_of_handle
         for slot, handle in zip(fresh, handles):
