@@ -3,13 +3,15 @@
 //! A tensor whose last handle is dropped is freed for real once nothing can
 //! need it again: no live node reads it. Until then it stays as history so
 //! its dependents can be recomputed, and its storage is evicted at once
-//! when eager eviction is on and no view of it is still held.
+//! when eager eviction is on and no view of it is still held. Out of
+//! memory, a constant kept only as history may be freed by cutting the
+//! history of the held tensors that read it.
+
+use slotmap::SecondaryMap;
 
 use super::Interpreter;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use slotmap::SecondaryMap;
-
 use crate::graph::{NodeId, StorageId, TensorId};
 
 /// The most evicted storages [`Interpreter::needed_by_evicted_live`] visits.
