@@ -373,8 +373,9 @@ proptest! {
             MemoryModel::SplitArena { alignment: 16 },
         ]),
         // √N sampling; the guards against cascades (kept history, the
-        // rematerialisation memory guard).
-        (sqrt, keep, guard) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        // rematerialisation memory guard); out of memory, freeing
+        // constants only history holds.
+        (sqrt, keep, guard, free) in (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
         seed in 0u64..4,
         restore in prop::sample::select(vec![RestoreMode::Drop, RestoreMode::Swap, RestoreMode::Hybrid]),
         // Transfers far dearer than ops, comparable, and nearly free.
@@ -391,7 +392,8 @@ proptest! {
             .with_restore(restore)
             .with_swap(SwapConfig { bandwidth, host_memory })
             .with_kept_needed_history(keep)
-            .with_remat_memory_guard(guard);
+            .with_remat_memory_guard(guard)
+            .with_constants_freed_by_detaching(free);
         let mut unbounded = Runner::new(base.clone());
         let expected = unbounded.run(&program);
         let peak = unbounded.dtr.memory().peak_bytes;

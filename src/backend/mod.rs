@@ -79,11 +79,15 @@ pub trait Backend: 'static {
         let _ = op;
     }
 
-    /// The interpreter detached `tensor` on its own, to free a constant
-    /// only its history held (see
-    /// [`Config::free_constants_by_detaching`](crate::Config::free_constants_by_detaching)):
-    /// a backend whose host keeps constants' buffers alive for the ops
-    /// that read them must now do so for this one. The default does nothing.
+    /// The interpreter detached `tensor`, a tensor the host did not name:
+    /// one computed from a constant about to be written
+    /// ([`Interpreter::preserve_dependents`](crate::Interpreter::preserve_dependents)),
+    /// or one whose history held the last of a constant (see
+    /// [`Config::free_constants_by_detaching`](crate::Config::free_constants_by_detaching)).
+    /// A backend whose host keeps constants' buffers alive for the ops
+    /// that read them must now do so for this one, at once: the host may
+    /// drop its last reference before the interpreter returns. The default
+    /// does nothing.
     fn made_constant(&mut self, tensor: TensorId) {
         let _ = tensor;
     }

@@ -517,6 +517,7 @@ impl<B: Backend> Interpreter<B> {
         // the others' histories are intact.
         for &dependent in &dependents {
             self.detach(dependent)?;
+            self.backend.made_constant(dependent);
         }
         // Then those below them that are smaller than the one they were
         // reached from: detached, they no longer keep it alive. Detaching
@@ -536,6 +537,7 @@ impl<B: Backend> Interpreter<B> {
         }
         for &dependent in &smaller {
             self.detach(dependent)?;
+            self.backend.made_constant(dependent);
         }
         dependents.extend(smaller);
         Ok(dependents)

@@ -804,11 +804,9 @@ class Session:
         self._made_constant(slot)
 
     def _preserve_dependents(self, slot: _Slot, op: str, what: str) -> None:
-        detached = self._engine_call(self._engine.preserve_dependents, op, what, slot.handle)
-        for handle in detached:
-            dependent = self._slot_of_handle.get(handle)
-            if dependent is not None:
-                self._made_constant(dependent)
+        # The engine names each tensor it detaches (`made_constant`) as it
+        # goes, so one detached before an out-of-memory error counts too.
+        self._engine_call(self._engine.preserve_dependents, op, what, slot.handle)
 
     def _host_access(self, tensor: _Tensor, access: str) -> Optional["_Slot"]:
         """The host reads `tensor`'s memory (`access` _READ), holds on to it
@@ -995,9 +993,9 @@ class Session:
         return outputs
 
     def made_constant(self, handle: int) -> None:
-        """The engine detached a held tensor on its own, to free a constant
-        that only its history kept (see
-        `dtr::Config::free_constants_by_detaching`)."""
+        """The engine detached a tensor it chose: one computed from a
+        constant about to be written, or one whose history kept the last of
+        a constant (see `dtr::Config::free_constants_by_detaching`)."""
         slot = self._slot_of_handle.get(handle)
         if slot is not None:
             self._made_constant(slot)
