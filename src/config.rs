@@ -274,8 +274,9 @@ pub struct Config {
     /// holds but the history of held tensors still reads (a batch the
     /// program has let go of, an index tensor an op made) by detaching
     /// those tensors: the nearest held one on each path, when all are
-    /// resident and together smaller than the constant. They are then
-    /// never evicted, but the budget holds. Stock PyTorch frees such a
+    /// resident and those not in use by a running op take fewer bytes
+    /// than the constant. They are then never evicted, but the budget
+    /// holds. Stock PyTorch frees such a
     /// constant once the backward pass is done with it, so without this a
     /// budget at stock PyTorch's peak can run out of memory. Off by
     /// default (replays keep the DTR authors' numbers); the `dtr` Python
