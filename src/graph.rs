@@ -92,6 +92,16 @@ impl OpNode {
         self.outputs().flatten()
     }
 
+    /// Reads `to` wherever it read `from`.
+    pub(crate) fn replace_input(&mut self, from: TensorId, to: TensorId) {
+        let first_output = self.first_output();
+        for input in &mut self.tensors[..first_output] {
+            if *input == from {
+                *input = to;
+            }
+        }
+    }
+
     /// Output `k`: `None` when freed, not made yet, or past the last.
     pub fn output(&self, k: usize) -> Option<TensorId> {
         let t = *self.tensors.get(self.first_output() + k)?;
@@ -181,6 +191,11 @@ impl Consumers {
     /// Adds `node`, which must not be listed yet.
     pub(crate) fn push(&mut self, node: NodeId) {
         self.list.push(node);
+    }
+
+    /// Lists no node (they read another tensor now).
+    pub(crate) fn clear(&mut self) {
+        *self = Consumers::default();
     }
 
     /// Notes that one listed node has been removed from `nodes` (call once

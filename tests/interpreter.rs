@@ -625,6 +625,34 @@ fn preserving_dependents_stops_at_the_nearest_held_ones() {
     dtr.check_invariants().unwrap();
 }
 
+/// The other way to keep history whole before a constant changes: its
+/// readers read a copy. Recomputation then reads the copy (here a put of
+/// other values, to show it), nothing is detached, and the old constant
+/// is free to go.
+#[test]
+fn redirected_reads_recompute_from_the_copy() {
+    let mut dtr = interpreter(Config::default());
+    let x = dtr.put(&[1.0, 2.0], &[2]).unwrap();
+    let y = add_scalar(&mut dtr, x, 1.0);
+    let z = add_scalar(&mut dtr, y, 1.0);
+    assert_eq!(dtr.bytes_preserving_dependents(x).unwrap(), 8, "y, held");
+    let copy = dtr.put(&[10.0, 20.0], &[2]).unwrap();
+    let other = dtr.put(&[0.0; 3], &[3]).unwrap();
+    assert!(dtr.redirect_reads(x, other).is_err(), "another layout");
+    assert!(dtr.redirect_reads(x, z).is_err(), "not a constant");
+    dtr.redirect_reads(x, copy).unwrap();
+    assert_eq!(dtr.bytes_preserving_dependents(x).unwrap(), 0);
+    assert!(dtr.preserve_dependents(x).unwrap().is_empty());
+    dtr.del(copy).unwrap(); // history keeps it
+    let before = dtr.memory().in_use_bytes;
+    dtr.del(x).unwrap();
+    assert_eq!(dtr.memory().in_use_bytes, before - 8, "no history reads x");
+    assert!(dtr.evict_now(y).unwrap());
+    assert!(dtr.evict_now(z).unwrap());
+    assert_eq!(dtr.get_value(z).unwrap(), vec![12.0, 22.0]);
+    dtr.check_invariants().unwrap();
+}
+
 /// A constant the program let go of, that only the history of a small held
 /// tensor reads: out of memory, it is freed by detaching that tensor.
 #[test]

@@ -381,6 +381,20 @@ impl Engine {
             .map(|detached| detached.into_iter().map(handle).collect())
     }
 
+    /// The bytes `preserve_dependents` would make constants of now: what a
+    /// copy of `tensor` for its history (`redirect_reads`) saves when smaller.
+    fn bytes_preserving_dependents(&mut self, tensor: u64) -> PyResult<u64> {
+        let result = self.interp().bytes_preserving_dependents(tensor_id(tensor));
+        self.check(result)
+    }
+
+    /// Before `from` changes in place: every op that reads it reads `to`, a
+    /// constant copy of its value, instead.
+    fn redirect_reads(&mut self, from: u64, to: u64) -> PyResult<()> {
+        let result = self.interp().redirect_reads(tensor_id(from), tensor_id(to));
+        self.check(result)
+    }
+
     /// Starts writing every instruction the engine is given to the dtr trace
     /// at `path` (replayable with `dtr replay`).
     fn record(&mut self, path: std::path::PathBuf) -> PyResult<()> {

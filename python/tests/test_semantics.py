@@ -596,3 +596,39 @@ def test_a_budget_of_the_tracked_peak_frees_constants_only_history_holds():
     run = train(model, adam, batches, loss, limit=peak)
     assert_bitwise(stock, run)
     assert run[3].stats()["peak_bytes"] <= peak
+
+
+def test_running_statistics_written_in_place_are_copied_for_the_history_that_reads_them():
+    """`InstanceNorm2d(track_running_stats=True)` normalises with its running
+    mean repeated per sample and then writes the mean in place: the norm's
+    output, computed from the old mean, used to become a constant. The old
+    mean (64 bytes) is copied for that history instead, so the outputs stay
+    evictable."""
+    from test_budget import assert_bitwise, train
+
+    def block(c_in, c_out):
+        return [torch.nn.Conv2d(c_in, c_out, 3, padding=1),
+                torch.nn.InstanceNorm2d(c_out, affine=True, track_running_stats=True),
+                torch.nn.ReLU()]
+
+    torch.manual_seed(0)
+    layers = block(3, 16) + [m for _ in range(5) for m in block(16, 16)]
+    model = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(16, 10))
+    batches = [(torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))) for _ in range(2)]
+
+    def loss(m, b):
+        return torch.nn.functional.cross_entropy(m(b[0]), b[1])
+
+    def sgd(p):
+        return torch.optim.SGD(p, lr=0.1, momentum=0.9)
+
+    stock = train(model, sgd, batches, loss)
+    stats = train(model, sgd, batches, loss, limit=None)[3].stats()
+    peak = stats["peak_bytes"]
+    # Parameters, momentum and gradients: 0.3 of the peak while the norms'
+    # outputs were constants.
+    assert stats["constant_peak_bytes"] < 0.1 * peak, stats
+    run = train(model, sgd, batches, loss, limit=int(0.4 * peak))
+    assert_bitwise(stock, run)
+    assert run[3].stats()["rematerializations"] > 0

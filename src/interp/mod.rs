@@ -508,11 +508,7 @@ impl<B: Backend> Interpreter<B> {
             self.table.drop_host_copy(storage);
             self.table.refresh_candidacy(&self.graph, storage);
         }
-        let graph = &self.graph;
-        let readers = (graph.storages[storage].tensors.iter())
-            .flat_map(|&t| graph.tensors[t].consumers.iter(&graph.nodes));
-        let held = |t: TensorId| graph.tensors[t].user_refs > 0;
-        let mut dependents = first_on_each_path(graph, readers, &mut SecondaryMap::new(), held);
+        let mut dependents = self.nearest_held_dependents(storage);
         // Detaching one frees only history that no live tensor needs, so
         // the others' histories are intact.
         for &dependent in &dependents {
@@ -541,6 +537,74 @@ impl<B: Backend> Interpreter<B> {
         }
         dependents.extend(smaller);
         Ok(dependents)
+    }
+
+    /// The nearest tensors with a user handle on each path from the ops
+    /// that read `storage`.
+    fn nearest_held_dependents(&self, storage: StorageId) -> Vec<TensorId> {
+        let graph = &self.graph;
+        let readers = (graph.storages[storage].tensors.iter())
+            .flat_map(|&t| graph.tensors[t].consumers.iter(&graph.nodes));
+        let held = |t: TensorId| graph.tensors[t].user_refs > 0;
+        first_on_each_path(graph, readers, &mut SecondaryMap::new(), held)
+    }
+
+    /// The bytes [`Interpreter::preserve_dependents`] would make
+    /// constants of before `tensor` changes (the nearest held tensors
+    /// computed from it, which could be evicted until then): what a copy
+    /// of its value for the history that reads it
+    /// ([`Interpreter::redirect_reads`]) would save when it is smaller.
+    pub fn bytes_preserving_dependents(&self, tensor: TensorId) -> Result<u64> {
+        let storage = self.live_tensor(tensor)?.storage;
+        let graph = &self.graph;
+        let bytes = (self.nearest_held_dependents(storage).iter())
+            .map(|&t| graph.storages[graph.tensors[t].storage].bytes)
+            .sum();
+        Ok(bytes)
+    }
+
+    /// Before `from` changes in place, the other way to keep its history
+    /// whole (see [`Interpreter::preserve_dependents`]): every live op
+    /// that reads `from` reads `to` instead, a constant the host has made
+    /// with the value `from` holds now. Both must be whole storages of
+    /// the same layout, and `from` may have no view that an op reads.
+    pub fn redirect_reads(&mut self, from: TensorId, to: TensorId) -> Result<()> {
+        let (from_storage, to_storage) = (
+            self.live_tensor(from)?.storage,
+            self.live_tensor(to)?.storage,
+        );
+        let graph = &self.graph;
+        let whole = |t: TensorId| graph.storages[graph.tensors[t].storage].tensors[..] == [t];
+        let views_read = (graph.storages[from_storage].tensors.iter())
+            .any(|&t| t != from && !graph.tensors[t].consumers.is_empty());
+        if from_storage == to_storage
+            || !whole(to)
+            || graph.storages[from_storage].tensors[0] != from
+            || views_read
+            || graph.storages[to_storage].recomputable
+            || graph.tensors[from].layout != graph.tensors[to].layout
+        {
+            return Err(Error::InvalidArgument(format!(
+                "redirect_reads: {to:?} must be a constant of {from:?}'s layout, and both whole storages whose views no op reads"
+            )));
+        }
+        let readers: Vec<NodeId> = graph.tensors[from].consumers.iter(&graph.nodes).collect();
+        for &node in &readers {
+            self.graph.nodes[node].replace_input(from, to);
+            if !(self.graph.tensors[to].consumers.iter(&self.graph.nodes)).any(|n| n == node) {
+                self.graph.tensors[to].consumers.push(node);
+            }
+        }
+        self.graph.tensors[from].consumers.clear();
+        self.heuristic.on_graph_change(from_storage, &self.graph);
+        self.heuristic.on_graph_change(to_storage, &self.graph);
+        // Kept only as history, it is history no more.
+        if self.graph.tensors[from].user_refs == 0
+            && self.graph.storages[from_storage].tensors.len() == 1
+        {
+            self.free(from);
+        }
+        Ok(())
     }
 
     /// Undoes one [`Interpreter::pin`].

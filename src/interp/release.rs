@@ -196,7 +196,7 @@ impl<B: Backend> Interpreter<B> {
 
     /// Frees `tensor` (no handles, no consumers) and then every input that
     /// this leaves unneeded.
-    fn free(&mut self, tensor: TensorId) {
+    pub(super) fn free(&mut self, tensor: TensorId) {
         self.free_all(vec![tensor]);
     }
 

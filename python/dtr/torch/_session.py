@@ -804,9 +804,44 @@ class Session:
         self._made_constant(slot)
 
     def _preserve_dependents(self, slot: _Slot, op: str, what: str) -> None:
+        """Before `slot` is written in place (a constant, or any storage
+        under `no_grad`), what was computed from its old value must not be
+        recomputed from the new one. When a copy of the old value takes fewer
+        bytes than the nearest held tensors computed from it, the history
+        reads the copy (a small running mean that a norm's output reads);
+        otherwise those tensors are detached (a loss held while the
+        optimiser writes the weights)."""
+        engine = self._engine
+        storage = slot.storage() if slot.resident else None
+        if (storage is not None
+                and engine.bytes_preserving_dependents(slot.handle) > slot.nbytes
+                and self._copy_for_history(slot, storage)):
+            return
         # The engine names each tensor it detaches (`made_constant`) as it
         # goes, so one detached before an out-of-memory error counts too.
-        self._engine_call(self._engine.preserve_dependents, op, what, slot.handle)
+        self._engine_call(engine.preserve_dependents, op, what, slot.handle)
+
+    def _copy_for_history(self, slot: _Slot, storage: torch.UntypedStorage) -> bool:
+        """Has every recorded call that reads `slot` read a constant copy of
+        its bytes instead; False, changing nothing, when the copy finds no
+        room. The engine holds the copy itself (its buffer is the storage) and
+        drops it with the last call that reads it. The calls still keep the
+        original storage alive (`_Call.keep`), as they did: a storage written
+        in place is mostly long-lived state."""
+        engine = self._engine
+        copy = storage.clone()
+        try:
+            handle = engine.adopt(slot.nbytes, copy)
+        except _native.OutOfMemoryError:
+            return False
+        try:
+            engine.redirect_reads(slot.handle, handle)
+            redirected = True
+        except ValueError:  # an op reads a view of it: detaching instead
+            redirected = False
+        finally:
+            engine.release(handle)  # history only, or freed if nothing reads it
+        return redirected
 
     def _host_access(self, tensor: _Tensor, access: str) -> Optional["_Slot"]:
         """The host reads `tensor`'s memory (`access` _READ), holds on to it
