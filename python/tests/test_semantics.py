@@ -632,3 +632,27 @@ def test_running_statistics_written_in_place_are_copied_for_the_history_that_rea
     run = train(model, sgd, batches, loss, limit=int(0.4 * peak))
     assert_bitwise(stock, run)
     assert run[3].stats()["rematerializations"] > 0
+
+
+def test_copies_for_history_never_outweigh_the_tensors_they_spare():
+    """Each write to a small weight that a held output was computed from
+    copies the weight rather than make the output a constant, until the
+    copies still alive would outweigh the output: then it is detached."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(200)])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(512, 8)
+    with dtr_torch.budget(10**9) as session:
+        most, copies = 0, 0
+        copy_for_history = session._copy_for_history
+
+        def counted(slot, storage):
+            nonlocal most, copies
+            copied = copy_for_history(slot, storage)
+            most, copies = max(most, session._history_copy_bytes), copies + copied
+            return copied
+        session._copy_for_history = counted
+        out = model(x)  # held through the optimiser's step
+        out.square().mean().backward()
+        optimizer.step()
+    assert copies > 0 and 0 < most <= out.nbytes, (copies, most)

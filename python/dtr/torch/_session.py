@@ -476,6 +476,8 @@ class Session:
         self._deaths: List[_Slot] = []
         # How many live slots are `unfilled`.
         self._unfilled = 0
+        # Bytes of the copies made for history (`_copy_for_history`) still alive.
+        self._history_copy_bytes = 0
         self._grad_hooks: list = []
         self._ops = 0
         self._remat_ns = 0
@@ -813,8 +815,12 @@ class Session:
         optimiser writes the weights)."""
         engine = self._engine
         storage = slot.storage() if slot.resident else None
+        # Copies still alive count too: writes to many small constants (the
+        # biases, say) that the same held tensors were computed from copy
+        # until detaching those would have cost less.
         if (storage is not None
-                and engine.bytes_preserving_dependents(slot.handle) > slot.nbytes
+                and (engine.bytes_preserving_dependents(slot.handle)
+                     > self._history_copy_bytes + slot.nbytes)
                 and self._copy_for_history(slot, storage)):
             return
         # The engine names each tensor it detaches (`made_constant`) as it
@@ -841,7 +847,13 @@ class Session:
             redirected = False
         finally:
             engine.release(handle)  # history only, or freed if nothing reads it
+        if redirected:
+            self._history_copy_bytes += slot.nbytes
+            weakref.finalize(copy, self._history_copy_freed, slot.nbytes)
         return redirected
+
+    def _history_copy_freed(self, nbytes: int) -> None:
+        self._history_copy_bytes -= nbytes
 
     def _host_access(self, tensor: _Tensor, access: str) -> Optional["_Slot"]:
         """The host reads `tensor`'s memory (`access` _READ), holds on to it
