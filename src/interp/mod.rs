@@ -566,29 +566,38 @@ impl<B: Backend> Interpreter<B> {
     /// Before `from` changes in place, the other way to keep its history
     /// whole (see [`Interpreter::preserve_dependents`]): every live op
     /// that reads `from` reads `to` instead, a constant the host has made
-    /// with the value `from` holds now. Both must be whole storages of
-    /// the same layout, and `from` may have no view that an op reads.
+    /// with the value `from` holds now. Both must be whole storages (no
+    /// views) of the same layout, `from` resident.
     pub fn redirect_reads(&mut self, from: TensorId, to: TensorId) -> Result<()> {
         let (from_storage, to_storage) = (
             self.live_tensor(from)?.storage,
             self.live_tensor(to)?.storage,
         );
         let graph = &self.graph;
+        // A view's op reads its base, and must go on reading it.
         let whole = |t: TensorId| graph.storages[graph.tensors[t].storage].tensors[..] == [t];
-        let views_read = (graph.storages[from_storage].tensors.iter())
-            .any(|&t| t != from && !graph.tensors[t].consumers.is_empty());
         if from_storage == to_storage
+            || !graph.tensors[from].defined
+            || !whole(from)
             || !whole(to)
-            || graph.storages[from_storage].tensors[0] != from
-            || views_read
             || graph.storages[to_storage].recomputable
             || graph.tensors[from].layout != graph.tensors[to].layout
         {
             return Err(Error::InvalidArgument(format!(
-                "redirect_reads: {to:?} must be a constant of {from:?}'s layout, and both whole storages whose views no op reads"
+                "redirect_reads: {to:?} must be a constant of resident {from:?}'s layout, both storages without views"
             )));
         }
         let readers: Vec<NodeId> = graph.tensors[from].consumers.iter(&graph.nodes).collect();
+        // Told while the graph still has the old edges: the storages on
+        // both ends of each.
+        let mut changed: Vec<StorageId> = vec![from_storage, to_storage];
+        for &node in &readers {
+            let outputs = graph.nodes[node].live_outputs();
+            changed.extend(outputs.map(|t| graph.tensors[t].storage));
+        }
+        for storage in changed {
+            self.heuristic.on_graph_change(storage, &self.graph);
+        }
         for &node in &readers {
             self.graph.nodes[node].replace_input(from, to);
             if !(self.graph.tensors[to].consumers.iter(&self.graph.nodes)).any(|n| n == node) {
@@ -596,12 +605,8 @@ impl<B: Backend> Interpreter<B> {
             }
         }
         self.graph.tensors[from].consumers.clear();
-        self.heuristic.on_graph_change(from_storage, &self.graph);
-        self.heuristic.on_graph_change(to_storage, &self.graph);
         // Kept only as history, it is history no more.
-        if self.graph.tensors[from].user_refs == 0
-            && self.graph.storages[from_storage].tensors.len() == 1
-        {
+        if self.graph.tensors[from].user_refs == 0 {
             self.free(from);
         }
         Ok(())
