@@ -105,6 +105,7 @@ impl Arena {
                 _ => return None,
             }
         }
+        let marked = self.marked(leaving.iter().map(|&(_, from, _)| from.offset));
         for &(_, from, _) in &leaving {
             self.free(from);
         }
@@ -118,10 +119,12 @@ impl Arena {
                         self.allocate_at(from.offset, from.size, Some(owner))
                             .expect("a block's old place is free again");
                     }
+                    self.lasting.extend(marked);
                     return None;
                 }
             }
         }
+        self.carry_marks(&moves, &marked);
         Some(moves)
     }
 
@@ -176,6 +179,7 @@ impl Arena {
             .map(|(&offset, &(size, owner))| owner.map(|owner| (offset, size, owner)))
             .collect::<Option<_>>()?;
         inside.reverse();
+        let marked = self.marked(inside.iter().map(|&(offset, _, _)| offset));
         for &(offset, size, _) in &inside {
             self.free(Block { offset, size });
         }
@@ -203,11 +207,13 @@ impl Arena {
                         self.allocate_at(offset, size, Some(owner))
                             .expect("a block's old place is free again");
                     }
+                    self.lasting.extend(marked);
                     return None;
                 }
             }
         }
         self.free(window);
+        self.carry_marks(&moves, &marked);
         Some(moves)
     }
 
@@ -225,11 +231,14 @@ impl Arena {
             match owner {
                 Some(owner) if offset > cursor => {
                     let from = Block { offset, size };
+                    let marked = self.marked([offset]);
                     self.free(from);
                     let to = self
                         .allocate_at(cursor, size, Some(owner))
                         .expect("everything below the cursor's next block is free");
-                    moves.push(Move { owner, from, to });
+                    let moved = Move { owner, from, to };
+                    self.carry_marks(std::slice::from_ref(&moved), &marked);
+                    moves.push(moved);
                     cursor += size;
                 }
                 _ => cursor = offset + size,
