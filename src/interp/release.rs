@@ -7,8 +7,6 @@
 //! memory, a constant kept only as history may be freed by cutting the
 //! history of the held tensors that read it.
 
-use slotmap::SecondaryMap;
-
 use super::Interpreter;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -166,10 +164,7 @@ impl<B: Backend> Interpreter<B> {
             {
                 continue;
             }
-            let readers =
-                (info.tensors.iter()).flat_map(|&t| graph.tensors[t].consumers.iter(&graph.nodes));
-            let dependents =
-                super::first_on_each_path(graph, readers, &mut SecondaryMap::new(), held);
+            let dependents = self.nearest_held_dependents(storage);
             let bytes = dependents.iter().map(|&t| evictable_bytes(t)).sum::<u64>();
             if !dependents.is_empty()
                 && bytes < info.bytes
